@@ -1,0 +1,10 @@
+"""allreduce-edu: collective communication you can read, run on real gRPC ranks, watch and measure."""
+
+from .cluster import Cluster
+from .collectives import all_gather, allreduce, broadcast, reduce, reduce_scatter
+from .comm.errors import CollectiveError, CollectiveMismatch, CollectiveTimeout, RankFailure
+
+__version__ = "0.1.0"
+
+__all__ = ["Cluster", "allreduce", "reduce", "broadcast", "reduce_scatter", "all_gather",
+           "CollectiveError", "RankFailure", "CollectiveTimeout", "CollectiveMismatch"]

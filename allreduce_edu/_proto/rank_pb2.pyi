@@ -1,0 +1,83 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Signature(_message.Message):
+    __slots__ = ("collective", "algorithm", "op", "dtype", "shape", "root")
+    COLLECTIVE_FIELD_NUMBER: _ClassVar[int]
+    ALGORITHM_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    ROOT_FIELD_NUMBER: _ClassVar[int]
+    collective: str
+    algorithm: str
+    op: str
+    dtype: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    root: int
+    def __init__(self, collective: _Optional[str] = ..., algorithm: _Optional[str] = ..., op: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., root: _Optional[int] = ...) -> None: ...
+
+class Header(_message.Message):
+    __slots__ = ("src", "tag", "seq", "epoch", "collective_id", "step", "dtype", "shape", "nbytes", "offset", "length", "signature", "chunk_lo", "chunk_hi")
+    SRC_FIELD_NUMBER: _ClassVar[int]
+    TAG_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    COLLECTIVE_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    NBYTES_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_LO_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_HI_FIELD_NUMBER: _ClassVar[int]
+    src: int
+    tag: str
+    seq: int
+    epoch: int
+    collective_id: int
+    step: int
+    dtype: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    nbytes: int
+    offset: int
+    length: int
+    signature: Signature
+    chunk_lo: int
+    chunk_hi: int
+    def __init__(self, src: _Optional[int] = ..., tag: _Optional[str] = ..., seq: _Optional[int] = ..., epoch: _Optional[int] = ..., collective_id: _Optional[int] = ..., step: _Optional[int] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., nbytes: _Optional[int] = ..., offset: _Optional[int] = ..., length: _Optional[int] = ..., signature: _Optional[_Union[Signature, _Mapping]] = ..., chunk_lo: _Optional[int] = ..., chunk_hi: _Optional[int] = ...) -> None: ...
+
+class Frame(_message.Message):
+    __slots__ = ("header", "data")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    header: Header
+    data: bytes
+    def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class Ack(_message.Message):
+    __slots__ = ("seq",)
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    def __init__(self, seq: _Optional[int] = ...) -> None: ...
+
+class PingRequest(_message.Message):
+    __slots__ = ("src",)
+    SRC_FIELD_NUMBER: _ClassVar[int]
+    src: int
+    def __init__(self, src: _Optional[int] = ...) -> None: ...
+
+class PingReply(_message.Message):
+    __slots__ = ("rank", "world_size")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    world_size: int
+    def __init__(self, rank: _Optional[int] = ..., world_size: _Optional[int] = ...) -> None: ...

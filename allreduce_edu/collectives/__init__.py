@@ -1,0 +1,63 @@
+"""Collectives over any Communicator: one algorithm per module, chosen by name.
+
+    allreduce(comm, x, op="sum", algorithm="ring")   # naive, all_to_all, ring, tree, recursive_doubling, rabenseifner
+    reduce(comm, x, op="sum", root=0)                # binomial tree; the result on root, None elsewhere
+    broadcast(comm, x, root=0)                       # binomial tree; root's x on every rank
+    reduce_scatter(comm, x, op="sum")                # ring; rank r gets piece r of np.array_split(x, N)
+    all_gather(comm, x)                              # ring; pieces concatenated along axis 0 in rank order
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..comm.base import check_array
+from . import naive, ring, tree, recursive  # noqa: F401, I001 - importing registers each algorithm, in this order
+from .ops import ALGORITHMS, OPS, check_op, check_root
+
+__all__ = ["allreduce", "reduce", "broadcast", "reduce_scatter", "all_gather", "ALGORITHMS", "OPS"]
+
+
+def allreduce(comm, x, op: str = "sum", algorithm: str = "ring") -> np.ndarray:
+    """Every rank gets op(x over all ranks), with x's shape and dtype; the caller's x is never changed."""
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r}; valid algorithms: {', '.join(ALGORITHMS)}")
+    return ALGORITHMS[algorithm](comm, x, op)
+
+
+def reduce(comm, x, op: str = "sum", root: int = 0) -> np.ndarray | None:
+    """Binomial-tree reduce: `root` gets op(x over all ranks); the other ranks get None (as in mpi4py)."""
+    check_op(op)
+    root = check_root(comm, root)
+    x = check_array(x, f"reduce input on rank {comm.rank}")
+    with comm.collective("reduce", algorithm="tree", op=op, dtype=x.dtype, shape=x.shape, root=root):
+        result = tree.reduce_tree(comm, x, op, root)
+    return result if comm.rank == root else None
+
+
+def broadcast(comm, x, root: int = 0) -> np.ndarray:
+    """Binomial-tree broadcast: every rank gets a copy of root's x (all ranks pass arrays of one shape)."""
+    root = check_root(comm, root)
+    x = check_array(x, f"broadcast input on rank {comm.rank}")
+    with comm.collective("broadcast", algorithm="tree", dtype=x.dtype, shape=x.shape, root=root):
+        return tree.broadcast_tree(comm, x, root)
+
+
+def reduce_scatter(comm, x, op: str = "sum") -> np.ndarray:
+    """Ring reduce-scatter: rank r gets the reduction of piece r of np.array_split(x, world_size, axis=0)."""
+    check_op(op)
+    x = check_array(x, f"reduce_scatter input on rank {comm.rank}")
+    if x.ndim == 0:
+        raise ValueError(f"reduce_scatter on rank {comm.rank} needs an array with at least one axis to split")
+    with comm.collective("reduce_scatter", algorithm="ring", op=op, dtype=x.dtype, shape=x.shape):
+        pieces = np.array_split(x.copy(), comm.world_size, axis=0)
+        return ring.reduce_scatter_ring(comm, pieces, op).copy()
+
+
+def all_gather(comm, x) -> np.ndarray:
+    """Ring all-gather: every rank's x concatenated along axis 0 in rank order (lengths may differ)."""
+    x = np.atleast_1d(check_array(x, f"all_gather input on rank {comm.rank}"))
+    with comm.collective("all_gather", algorithm="ring", dtype=x.dtype, shape=x.shape[1:]):
+        pieces = [None] * comm.world_size
+        pieces[comm.rank] = x
+        return np.concatenate(ring.all_gather_ring(comm, pieces), axis=0)

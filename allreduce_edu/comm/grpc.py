@@ -1,0 +1,241 @@
+"""gRPC transport: every rank serves `Rank` on 127.0.0.1 and keeps one Exchange stream open to each peer."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import queue
+import threading
+import time
+from concurrent import futures
+
+import grpc
+import numpy as np
+
+from .._proto import rank_pb2 as pb
+from .._proto import rank_pb2_grpc
+from .base import Communicator, Request
+from .errors import CollectiveError, CollectiveTimeout, RankFailure
+from .mailbox import Message
+from .wire import CHUNK_BYTES, MAX_MESSAGE_BYTES, WireError, check_header, decode_frame, encode_frames, to_message
+
+log = logging.getLogger("allreduce_edu")
+
+SERVICE = pb.DESCRIPTOR.services_by_name["Rank"].full_name  # "allreduce_edu.Rank"
+EXCHANGE = f"/{SERVICE}/Exchange"
+TOKEN_KEY, RANK_KEY = "x-allreduce-token", "x-allreduce-rank"
+CHANNEL_OPTIONS = [("grpc.enable_http_proxy", 0)]  # loopback traffic must never go through a proxy
+SERVER_OPTIONS = [("grpc.so_reuseport", 0)]  # one port, one rank
+
+
+class TokenInterceptor(grpc.ServerInterceptor):
+    """Refuse every call that lacks the cluster's token (declared or not, any call kind) with UNAUTHENTICATED."""
+
+    def __init__(self, token: str):
+        self._token = token.encode()
+        self._warned: set[str] = set()
+
+    def intercept_service(self, continuation, details):
+        given = dict(details.invocation_metadata).get(TOKEN_KEY, "")
+        if hmac.compare_digest(given.encode() if isinstance(given, str) else given, self._token):
+            return continuation(details)
+        if details.method not in self._warned:  # log once per method, not once per attack
+            self._warned.add(details.method)
+            log.warning("refused a call to %s without the cluster token", details.method)
+        return _REFUSE
+
+
+def _refuse(request_or_iterator, context):
+    context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong cluster token")
+
+
+# A stream-stream handler starts at once, whatever kind of call the client made, so nothing is read first.
+_REFUSE = grpc.stream_stream_rpc_method_handler(_refuse)
+
+
+class GrpcRequest(Request):
+    """A send in flight on a peer's stream; done when the peer's Ack arrives."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self._event, self._error = threading.Event(), None
+
+    def finish(self, error: CollectiveError | None = None) -> None:
+        self._error = self._error or error
+        self._event.set()
+
+    def _wait(self, deadline: float) -> None:
+        if not self._event.wait(max(deadline - time.monotonic(), 0)):
+            c = self._comm
+            raise CollectiveTimeout(f"rank {c.rank}: rank {self.dst} did not take {self.tag!r} "
+                                    f"({self.nbytes} bytes) before the deadline", ranks=(self.dst,))
+        if self._error is not None:
+            raise self._error
+
+
+class PeerLink:
+    """This rank's half-duplex pipe to one peer: frames out on a persistent stream, Acks back."""
+
+    def __init__(self, comm: GrpcCommunicator, dst: int, address: str):
+        self.comm, self.dst, self.address = comm, dst, address
+        self.channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._outbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._pending: dict[int, GrpcRequest] = {}
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._error: RankFailure | None = None
+
+    def open(self, timeout: float) -> None:
+        """Wait for the peer to answer Ping, then open the Exchange stream and its Ack reader."""
+        md = self.comm.metadata
+        try:
+            grpc.channel_ready_future(self.channel).result(timeout=timeout)
+            reply = rank_pb2_grpc.RankStub(self.channel).Ping(pb.PingRequest(src=self.comm.rank),
+                                                             metadata=md, timeout=timeout)
+        except (grpc.FutureTimeoutError, grpc.RpcError) as e:
+            raise RankFailure(f"rank {self.comm.rank} cannot reach rank {self.dst} at {self.address}: "
+                              f"{getattr(e, 'details', lambda: e)()}", ranks=(self.dst,)) from None
+        if (reply.rank, reply.world_size) != (self.dst, self.comm.world_size):
+            raise RankFailure(f"{self.address} is rank {reply.rank} of {reply.world_size}, "
+                              f"not rank {self.dst} of {self.comm.world_size}", ranks=(self.dst,))
+        exchange = self.channel.stream_stream(EXCHANGE, request_serializer=None,
+                                              response_deserializer=pb.Ack.FromString)
+        self._call = exchange(self._frames(), metadata=md)
+        threading.Thread(target=self._read_acks, name=f"acks-from-{self.dst}", daemon=True).start()
+
+    def post(self, msg: Message, request: GrpcRequest) -> None:
+        with self._lock:
+            if self._error is not None:
+                raise self._error
+            self._seq += 1
+            self._pending[self._seq] = request
+            self._outbox.put((msg, self._seq))
+
+    def _frames(self):
+        while (item := self._outbox.get()) is not None:
+            yield from encode_frames(*item, chunk_bytes=self.comm.chunk_bytes)
+
+    def _read_acks(self) -> None:
+        try:
+            for ack in self._call:
+                with self._lock:
+                    request = self._pending.pop(ack.seq, None)
+                if request is not None:
+                    request.finish()
+            reason = "its stream ended"
+        except grpc.RpcError as e:
+            reason = f"{e.code().name}: {e.details()}"
+        if not self.comm.closing:
+            self.fail(RankFailure(f"rank {self.dst} is gone (rank {self.comm.rank}'s stream to it at "
+                                  f"{self.address} broke: {reason})", ranks=(self.dst,)))
+            self.comm._mailbox.peer_failed(self.dst, f"its connection broke ({reason})")
+
+    def fail(self, error: CollectiveError, forever: bool = True) -> None:
+        """Finish every send in flight with `error` (and, if `forever`, every later one)."""
+        with self._lock:
+            if forever:
+                self._error = error
+            pending, self._pending = self._pending, {}
+        for request in pending.values():
+            request.finish(error)
+
+    def close(self) -> None:
+        self._outbox.put(None)
+        self.channel.close()
+
+
+class GrpcCommunicator(Communicator):
+    """A rank whose messages travel over gRPC between processes (or machines)."""
+
+    def __init__(self, rank: int, world_size: int, *, token: str, host: str = "127.0.0.1", port: int = 0,
+                 timeout: float = 30.0, max_message_bytes: int = MAX_MESSAGE_BYTES,
+                 chunk_bytes: int = CHUNK_BYTES):
+        super().__init__(rank, world_size, timeout)
+        self.metadata = ((TOKEN_KEY, token), (RANK_KEY, str(rank)))
+        self.max_message_bytes, self.chunk_bytes = max_message_bytes, chunk_bytes
+        self.closing = False
+        self._links: dict[int, PeerLink] = {}
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=world_size + 8,
+                                                              thread_name_prefix=f"rank{rank}-server"),
+                                   interceptors=[TokenInterceptor(token)], options=SERVER_OPTIONS)
+        self._server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(SERVICE, {
+            "Exchange": grpc.stream_stream_rpc_method_handler(
+                self._serve_exchange, response_serializer=pb.Ack.SerializeToString),
+            "Ping": grpc.unary_unary_rpc_method_handler(
+                self._serve_ping, pb.PingRequest.FromString, pb.PingReply.SerializeToString),
+        })])
+        bound = self._server.add_insecure_port(f"{host}:{port}")
+        if not bound:
+            raise OSError(f"rank {rank} could not bind {host}:{port}")
+        self._server.start()
+        self.address = f"{host}:{bound}"
+
+    def connect(self, addresses: list[str], timeout: float | None = None) -> None:
+        """Open a stream to every peer (after rendezvous handed out `addresses`, one per rank)."""
+        if len(addresses) != self.world_size:
+            raise ValueError(f"{len(addresses)} addresses for a world of {self.world_size}")
+        for dst, address in enumerate(addresses):
+            if dst != self.rank:
+                self._links[dst] = PeerLink(self, dst, address)
+                self._links[dst].open(self.timeout if timeout is None else timeout)
+
+    def _post(self, dst: int, msg: Message, chunk) -> Request:
+        request = GrpcRequest(self, dst, msg.tag, msg.array.nbytes, msg.step, chunk)
+        if dst == self.rank:  # to itself: straight into the mailbox
+            msg.array = msg.array.copy()
+            self._mailbox.deliver(msg)
+            request.finish()
+        else:
+            self._links[dst].post(msg, request)
+        return request
+
+    def abort(self, error: CollectiveError) -> None:
+        super().abort(error)
+        for link in self._links.values():
+            link.fail(error, forever=False)
+
+    def close(self) -> None:
+        self.closing = True
+        for link in self._links.values():
+            link.close()
+        self._server.stop(grace=0.2).wait(2)
+
+    # --- the server side --------------------------------------------------------------------
+    def _serve_ping(self, request, context):
+        return pb.PingReply(rank=self.rank, world_size=self.world_size)
+
+    def _serve_exchange(self, frames, context):
+        """Assemble frames into arrays, deliver each complete one to the mailbox, and Ack it."""
+        src = self._peer_rank(context)
+        array = flat = header = None
+        received, last_seq = 0, 0
+        for frame in frames:
+            try:
+                h, data = decode_frame(frame)
+                check_header(h, self.world_size, src, self.max_message_bytes)
+                if h.length != len(data):
+                    raise WireError(f"header says {h.length} bytes, frame carries {len(data)}")
+                if header is None:  # first chunk of a new message
+                    if h.seq != last_seq + 1 or h.offset != 0:
+                        raise WireError(f"expected message {last_seq + 1} from offset 0, got {h.seq} at {h.offset}")
+                    header, received = h, 0
+                    array = np.empty(tuple(h.shape), np.dtype(h.dtype))
+                    flat = array.reshape(-1).view(np.uint8)
+                elif (h.seq, h.offset, h.nbytes) != (header.seq, received, header.nbytes):
+                    raise WireError(f"chunk of message {h.seq} at {h.offset} does not continue "
+                                    f"message {header.seq} at {received}")
+            except WireError as e:
+                log.warning("rank %d refused a frame from rank %d: %s", self.rank, src, e)
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"rank {self.rank}: {e}")
+            flat[received:received + h.length] = np.frombuffer(data, np.uint8)
+            received += h.length
+            if received == header.nbytes:
+                self._mailbox.deliver(to_message(header, array))
+                last_seq, header = header.seq, None
+                yield pb.Ack(seq=last_seq)
+
+    def _peer_rank(self, context) -> int:
+        value = dict(context.invocation_metadata()).get(RANK_KEY, "")
+        if not value.isdigit() or not 0 <= int(value) < self.world_size or int(value) == self.rank:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad {RANK_KEY} metadata {value!r}")
+        return int(value)

@@ -1,0 +1,136 @@
+"""Where received messages wait for `recv`: one mailbox per rank, shared by every transport."""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections import defaultdict, deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import CollectiveError, CollectiveMismatch, CollectiveTimeout, RankFailure
+
+
+@dataclass(frozen=True)
+class Signature:
+    """The collective a rank is in, as it called it; every message carries its sender's."""
+
+    collective: str
+    algorithm: str = ""
+    op: str = ""
+    dtype: str = ""
+    shape: tuple[int, ...] = ()
+    root: int = -1
+
+    def __str__(self) -> str:
+        parts = [f"algorithm={self.algorithm!r}"] if self.algorithm else []
+        parts += [f"op={self.op!r}"] if self.op else []
+        parts += [f"root={self.root}"] if self.root >= 0 else []
+        parts += [f"dtype={self.dtype}", f"shape={self.shape}"]
+        return f"{self.collective}({', '.join(parts)})"
+
+
+@dataclass
+class Message:
+    """One logical message: an array plus where it comes from and which collective it belongs to."""
+
+    src: int
+    tag: str
+    array: np.ndarray
+    epoch: int = 0
+    collective_id: int = 0  # 0 = plain send/recv outside any collective
+    signature: Signature | None = None
+    step: int = -1
+
+
+class Mailbox:
+    """Messages keyed by (src, epoch, collective_id, tag), FIFO within a key; every wait has a deadline."""
+
+    def __init__(self, rank: int, world_size: int):
+        self.rank, self.world_size = rank, world_size
+        self._cond = threading.Condition()
+        self._queues: dict[tuple, deque[Message]] = defaultdict(deque)
+        self._signatures: dict[tuple[int, int], dict[int, Signature]] = defaultdict(dict)
+        self._failed: dict[int, str] = {}  # peer rank -> why it is gone
+        self._aborted: CollectiveError | None = None
+        self._epoch = 0
+
+    def deliver(self, msg: Message) -> None:
+        """Called by the transport when a whole message has arrived."""
+        with self._cond:
+            if msg.epoch < self._epoch:
+                return  # a late message from an abandoned run: never mistaken for a new one
+            self._queues[(msg.src, msg.epoch, msg.collective_id, msg.tag)].append(msg)
+            if msg.signature is not None:
+                self._signatures[(msg.epoch, msg.collective_id)].setdefault(msg.src, msg.signature)
+            self._cond.notify_all()
+
+    def take(self, src: int, tag: str, epoch: int, collective_id: int,
+             signature: Signature | None, deadline: float) -> Message:
+        """Wait for the next message from `src` with `tag` in this collective, or raise why it can't come."""
+        key = (src, epoch, collective_id, tag)
+        with self._cond:
+            while True:
+                if self._aborted is not None:
+                    raise copy.copy(self._aborted)
+                if signature is not None:
+                    self._check_agreement(epoch, collective_id, signature)
+                if self._queues.get(key):
+                    msg = self._queues[key].popleft()
+                    if not self._queues[key]:
+                        del self._queues[key]
+                    return msg
+                if src in self._failed:
+                    raise RankFailure(f"rank {self.rank} cannot receive {tag!r} from rank {src}: "
+                                      f"{self._failed[src]}", ranks=(src,))
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    what = f"in {signature}" if signature else "(plain recv)"
+                    raise CollectiveTimeout(
+                        f"rank {self.rank} waited past its deadline for {tag!r} from rank {src} {what}; "
+                        f"is rank {src} stuck, or did it call something else?", ranks=(src,))
+                self._cond.wait(remaining)
+
+    def _check_agreement(self, epoch: int, collective_id: int, mine: Signature) -> None:
+        for src, theirs in self._signatures.get((epoch, collective_id), {}).items():
+            if theirs != mine:
+                raise CollectiveMismatch(
+                    f"rank {src} called {theirs} but rank {self.rank} called {mine}. Every rank "
+                    f"must call the same collective with the same shape, dtype, op and algorithm.",
+                    ranks=(src, self.rank))
+
+    def peer_failed(self, src: int, reason: str) -> None:
+        """Mark a peer as gone: waits on it raise RankFailure instead of timing out."""
+        with self._cond:
+            self._failed.setdefault(src, reason)
+            self._cond.notify_all()
+
+    def abort(self, error: CollectiveError) -> None:
+        """Make every current and future wait raise `error` until the next `reset`."""
+        with self._cond:
+            self._aborted = error
+            self._cond.notify_all()
+
+    def reset(self, epoch: int) -> None:
+        """Start a new run: forget older messages and any abort."""
+        with self._cond:
+            self._epoch, self._aborted = epoch, None
+            for key in [k for k in self._queues if k[1] < epoch]:
+                del self._queues[key]
+            for key in [k for k in self._signatures if k[0] < epoch]:
+                del self._signatures[key]
+
+    def discard_collectives_before(self, epoch: int, collective_id: int) -> None:
+        """Drop leftovers of collectives this rank has finished or abandoned (plain messages stay)."""
+        with self._cond:
+            for key in [k for k in self._queues if k[1] == epoch and 0 < k[2] < collective_id]:
+                del self._queues[key]
+            for key in [k for k in self._signatures if k[0] == epoch and 0 < k[1] < collective_id]:
+                del self._signatures[key]
+
+    def pending(self) -> int:
+        """How many messages wait unreceived (for tests and leak checks)."""
+        with self._cond:
+            return sum(len(q) for q in self._queues.values())

@@ -1,0 +1,116 @@
+"""Frames on the wire: a protobuf Header plus raw array bytes, written and checked by hand."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import numpy as np
+
+from .._proto import rank_pb2 as pb
+from .base import WIRE_DTYPES
+from .mailbox import Message, Signature
+
+CHUNK_BYTES = 1 << 20  # 1 MiB data frames: well under gRPC's 4 MiB message limit, fastest measured here
+MAX_MESSAGE_BYTES = 1 << 31  # the largest array a rank accepts (configurable per communicator)
+MAX_DIMS = 32  # as NumPy
+_HEADER_FIELD, _DATA_FIELD = 0x0A, 0x12  # protobuf keys of Frame.header (1, bytes) and Frame.data (2, bytes)
+
+
+class WireError(ValueError):
+    """A frame that breaks the contract in rank.proto; the server answers INVALID_ARGUMENT."""
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(buf) or shift > 63:
+            raise WireError("truncated or overlong varint")
+        byte = buf[pos]
+        value, pos, shift = value | ((byte & 0x7F) << shift), pos + 1, shift + 7
+        if not byte & 0x80:
+            return value, pos
+
+
+def encode_frames(msg: Message, seq: int, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """Yield the frames of one message: each a valid `Frame`, its data field written without protobuf."""
+    sig = msg.signature
+    header = pb.Header(src=msg.src, tag=msg.tag, seq=seq, epoch=msg.epoch, collective_id=msg.collective_id,
+                       step=msg.step, dtype=msg.array.dtype.name, shape=msg.array.shape,
+                       nbytes=msg.array.nbytes)
+    if sig is not None:
+        header.signature.CopyFrom(pb.Signature(collective=sig.collective, algorithm=sig.algorithm, op=sig.op,
+                                               dtype=sig.dtype, shape=sig.shape, root=sig.root))
+    payload = memoryview(msg.array.reshape(-1)).cast("B")
+    offset = 0
+    while True:
+        data = payload[offset:offset + chunk_bytes]
+        header.offset, header.length = offset, len(data)
+        head = header.SerializeToString()
+        yield b"".join((bytes((_HEADER_FIELD,)), _varint(len(head)), head,
+                        bytes((_DATA_FIELD,)), _varint(len(data)), data))
+        offset += len(data)
+        if offset >= len(payload):
+            return
+
+
+def decode_frame(frame: bytes) -> tuple[pb.Header, memoryview]:
+    """Split a frame into its parsed Header and a zero-copy view of its data; raise WireError if malformed."""
+    buf, pos = memoryview(frame), 0
+    header, data = None, memoryview(b"")
+    while pos < len(buf):
+        key, pos = _read_varint(buf, pos)
+        if key not in (_HEADER_FIELD, _DATA_FIELD):
+            raise WireError(f"unexpected field key {key} in Frame")
+        size, pos = _read_varint(buf, pos)
+        if pos + size > len(buf):
+            raise WireError("field runs past the end of the frame")
+        if key == _HEADER_FIELD:
+            header = pb.Header()
+            try:
+                header.ParseFromString(buf[pos:pos + size])
+            except Exception as e:  # protobuf's DecodeError and friends
+                raise WireError(f"unparseable header: {e}") from None
+        else:
+            data = buf[pos:pos + size]
+        pos += size
+    if header is None:
+        raise WireError("frame has no header")
+    return header, data
+
+
+def check_header(h: pb.Header, world_size: int, src: int, max_bytes: int = MAX_MESSAGE_BYTES) -> None:
+    """Validate a header before anything is allocated for it; raise WireError naming the problem."""
+    if h.src != src:
+        raise WireError(f"header says src={h.src} on rank {src}'s stream")
+    if h.dtype not in WIRE_DTYPES:
+        raise WireError(f"dtype {h.dtype!r} is not allowed on the wire")
+    if len(h.shape) > MAX_DIMS or any(d < 0 for d in h.shape):
+        raise WireError(f"bad shape {tuple(h.shape)}")
+    expected = np.dtype(h.dtype).itemsize * math.prod(h.shape)
+    if h.nbytes != expected or expected > max_bytes:
+        raise WireError(f"nbytes={h.nbytes} for {h.dtype}{tuple(h.shape)} (expected {expected}, "
+                        f"limit {max_bytes})")
+    if h.offset + h.length > h.nbytes:
+        raise WireError(f"chunk [{h.offset}, {h.offset + h.length}) outside a {h.nbytes}-byte array")
+    if h.signature.dtype and h.signature.dtype not in WIRE_DTYPES:
+        raise WireError(f"signature dtype {h.signature.dtype!r} is not allowed")
+    if not -1 <= h.signature.root < world_size or not -1 <= h.step < 1 << 20:
+        raise WireError("root or step out of range")
+
+
+def to_message(h: pb.Header, array: np.ndarray) -> Message:
+    """The Message a complete array and its header make."""
+    s = h.signature
+    signature = Signature(s.collective, s.algorithm, s.op, s.dtype, tuple(s.shape), s.root) \
+        if h.HasField("signature") else None
+    return Message(h.src, h.tag, array, h.epoch, h.collective_id, signature, h.step)

@@ -1,0 +1,122 @@
+"""Message traces: every logical send, recorded by the sender, merged across ranks. Introduced in lessons/01."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Event:
+    """One logical send: `nbytes` from `src` to `dst` at algorithm `step`, timed on the sender."""
+
+    src: int
+    dst: int
+    tag: str  # the phase, e.g. "reduce_scatter", "all_gather", "reduce", "broadcast"
+    step: int  # step within the phase, -1 for a plain send
+    nbytes: int
+    t_start: float  # time.perf_counter() when the send began (one clock per machine)
+    t_end: float  # ... and when the receiver held the whole message
+    chunk: tuple[int, int] | None = None  # display chunks [lo, hi) the payload covers; None = whole buffer
+    collective: str = ""  # e.g. "allreduce/ring"
+
+    @property
+    def duration(self) -> float:
+        return self.t_end - self.t_start
+
+    def __str__(self) -> str:
+        where = "whole" if self.chunk is None else (
+            f"chunk {self.chunk[0]}" if self.chunk[1] == self.chunk[0] + 1 else f"chunks {self.chunk[0]}-{self.chunk[1] - 1}")
+        return f"{self.tag:<15} step {self.step:>2} | rank {self.src} → {self.dst} | {where:<11} | {format_bytes(self.nbytes)}"
+
+
+class Trace:
+    """The events of one run, in send order; `str(trace)` prints one line per message."""
+
+    def __init__(self, events=()):
+        self.events: list[Event] = list(events)
+        self._lock = threading.Lock()
+
+    def record(self, event: Event) -> None:
+        with self._lock:
+            self.events.append(event)
+
+    def __getstate__(self):
+        return {"events": self.events}
+
+    def __setstate__(self, state):
+        self.events, self._lock = state["events"], threading.Lock()
+
+    def clear(self) -> None:
+        with self._lock:
+            self.events.clear()
+
+    @classmethod
+    def merge(cls, traces) -> Trace:
+        """One trace of all ranks' events, ordered by start time."""
+        return cls(sorted((e for t in traces for e in t.events), key=lambda e: (e.t_start, e.src)))
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def __iter__(self):
+        return iter(self.events)
+
+    def bytes_sent(self) -> dict[int, int]:
+        """Bytes each rank sent, by rank."""
+        sent = Counter()
+        for e in self.events:
+            sent[e.src] += e.nbytes
+        return dict(sorted(sent.items()))
+
+    def messages_sent(self) -> dict[int, int]:
+        """Messages each rank sent, by rank."""
+        return dict(sorted(Counter(e.src for e in self.events).items()))
+
+    def steps(self) -> dict[str, int]:
+        """Number of steps in each phase (tag), in the order the phases first appear."""
+        steps: dict[str, int] = {}
+        for e in sorted(self.events, key=lambda e: e.t_start):
+            steps[e.tag] = max(steps.get(e.tag, 0), e.step + 1)
+        return steps
+
+    def table(self) -> str:
+        """One line per message, grouped by phase and step: `reduce_scatter step 1 | rank 1 → 2 | chunk 3 | 4.0 MiB`."""
+        phase_order = {tag: i for i, tag in enumerate(self.steps())}
+        return "\n".join(str(e) for e in sorted(self.events, key=lambda e: (phase_order[e.tag], e.step, e.src)))
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def __repr__(self) -> str:
+        return f"Trace({len(self.events)} messages, {format_bytes(sum(e.nbytes for e in self.events))}, steps {self.steps()})"
+
+    def to_dicts(self) -> list[dict]:
+        return [asdict(e) for e in self.events]
+
+    def to_chrome_trace(self, path: str | Path) -> Path:
+        """Write Chrome trace-event JSON (open it in https://ui.perfetto.dev): one lane per rank."""
+        t0 = min((e.t_start for e in self.events), default=0.0)
+        events = [{"name": "process_name", "ph": "M", "pid": 0, "tid": r, "args": {"name": f"rank {r}"}}
+                  for r in sorted({e.src for e in self.events} | {e.dst for e in self.events})]
+        events = [{"name": "thread_name", "ph": "M", "pid": 0, "tid": ev["tid"], "args": ev["args"]} for ev in events]
+        for e in self.events:
+            events.append({"name": f"{e.tag} → {e.dst}", "cat": e.collective or "p2p", "ph": "X", "pid": 0,
+                           "tid": e.src, "ts": (e.t_start - t0) * 1e6, "dur": max(e.duration, 0.0) * 1e6,
+                           "args": {"src": e.src, "dst": e.dst, "step": e.step, "nbytes": e.nbytes,
+                                    "chunk": list(e.chunk) if e.chunk else None}})
+        path = Path(path)
+        path.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
+        return path
+
+
+def format_bytes(n: float) -> str:
+    """8 B, 1.5 KiB, 4.0 MiB: binary units, as nccl-tests and the lessons print them."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
