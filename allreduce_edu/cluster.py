@@ -114,7 +114,7 @@ class Cluster:
             raise
         finally:
             self._world.finish()
-            self.trace = Trace.merge([Trace(r.events) for r in reports.values()])
+            self.trace = Trace.merge([Trace(r.events, r.receives) for r in reports.values()])
             _print_outputs(reports)
         failures = [r for r in reports.values() if r.kind != "result"]
         if failures:
@@ -124,22 +124,25 @@ class Cluster:
     def _collect(self, reports: dict[int, Report]) -> None:
         """Wait for every rank's report; on the first failure, abort the rest."""
         while len(reports) < self.world_size:
-            for report in self._world.wait(0.05, self._run_id):
-                reports.setdefault(report.rank, report)
-                if report.kind == "died":
-                    self._dead.add(report.rank)
-                if report.kind != "result":
-                    return self._stop(reports, _abort_error(report))
+            failures = [r for r in self._receive(reports) if r.kind != "result"]
+            if failures:
+                return self._stop(reports, _abort_error(failures[0]))
+
+    def _receive(self, reports: dict[int, Report]) -> list[Report]:
+        """Add the reports that arrive within a short wait to `reports`; return them."""
+        new = [r for r in self._world.wait(0.05, self._run_id) if r.rank not in reports]
+        for report in new:
+            reports[report.rank] = report
+            if report.kind == "died":
+                self._dead.add(report.rank)
+        return new
 
     def _stop(self, reports: dict[int, Report], error: CollectiveError) -> None:
         """Abort the collective on every rank still running; kill (and replace) any that does not stop."""
         self._world.abort(error)
         deadline = time.monotonic() + GRACE
         while len(reports) < self.world_size and time.monotonic() < deadline:
-            for report in self._world.wait(0.05, self._run_id):
-                reports.setdefault(report.rank, report)
-                if report.kind == "died":
-                    self._dead.add(report.rank)
+            self._receive(reports)
         stuck = [rank for rank in range(self.world_size) if rank not in reports]
         for rank in stuck:
             reports[rank] = Report(rank, self._run_id, kind="stuck", error=CollectiveTimeout(
@@ -147,6 +150,25 @@ class Cluster:
                 f"collective?); the Cluster replaced all ranks", ranks=(rank,)))
         if stuck:
             self.restart()
+
+
+def ship(fn, args, kwargs) -> bytes:
+    """Pickle a call for the ranks. Functions from notebooks, scripts, tests and modules beside them go
+    by value (a rank may not be able to import them); installed packages go by reference."""
+    module = sys.modules.get(getattr(fn, "__module__", None) or "")
+    by_value = module is not None and module.__name__ not in ("__main__", "builtins") and _is_local(module)
+    if by_value:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        return cloudpickle.dumps((fn, args, kwargs))
+    finally:
+        if by_value:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
+def _is_local(module) -> bool:
+    path = getattr(module, "__file__", None) or ""
+    return bool(path) and "-packages" not in path and not module.__name__.startswith("allreduce_edu")
 
 
 class _Processes:
@@ -201,7 +223,7 @@ class _Processes:
         return [values[r] for r in range(len(self.procs))]
 
     def submit(self, run_id: int, fn, args, kwargs) -> None:
-        payload = cloudpickle.dumps((fn, args, kwargs))  # by value: notebook-defined functions work
+        payload = ship(fn, args, kwargs)
         for conn in self.conns:
             conn.send(("run", (run_id, run_id, payload)))
 
@@ -284,8 +306,10 @@ class _Threads:
         self._router: _OutputRouter | None = None
 
     def submit(self, run_id: int, fn, args, kwargs) -> None:
-        payload = cloudpickle.dumps((fn, args, kwargs))  # the same by-value semantics as processes
+        payload = ship(fn, args, kwargs)  # the same by-value semantics as processes
         self._router = _OutputRouter.install()
+        for comm in self.world.comms:
+            comm.begin_run(run_id)  # before any thread starts: an abort that follows must not be undone
         for comm in self.world.comms:
             threading.Thread(target=self._run, args=(comm, run_id, payload), name=f"local-rank{comm.rank}",
                              daemon=True).start()
@@ -294,7 +318,7 @@ class _Threads:
         output = io.StringIO()
         self._router.buffers[threading.get_ident()] = output
         try:
-            self._reports.put(execute(comm, run_id, run_id, payload, output))
+            self._reports.put(execute(comm, run_id, payload, output))
         finally:
             self._router.buffers.pop(threading.get_ident(), None)
 
@@ -303,8 +327,9 @@ class _Threads:
             self._router.uninstall()
 
     def wait(self, timeout: float, run_id: int) -> list[Report]:
+        reports = []
         try:
-            reports = [self._reports.get(timeout=timeout)]
+            reports.append(self._reports.get(timeout=timeout))
             while True:
                 reports.append(self._reports.get_nowait())
         except queue.Empty:
@@ -370,7 +395,12 @@ def _root_cause(failures: list[Report], fn) -> BaseException:
         error.__cause__ = RemoteTraceback(cause.traceback)
     name = getattr(fn, "__name__", repr(fn))
     notes = [f"raised on rank {cause.rank} in cluster.run({name})"]
-    notes += [f"rank {r.rank}: {type(r.error).__name__}: {r.error}" for r in failures if r is not cause]
+    others = [r for r in failures if r is not cause]
+    stopped = sorted(r.rank for r in others if type(r.error) is CollectiveAborted)
+    if stopped:
+        notes.append(f"rank(s) {', '.join(map(str, stopped))} stopped their collective because of it")
+    notes += [f"rank {r.rank} also raised {type(r.error).__name__}: {str(r.error)[:300]}"
+              for r in others if type(r.error) is not CollectiveAborted]
     if cause.kind == "died":
         notes.append("call cluster.restart() for a full world")
     _add_note(error, "\n".join(notes))

@@ -25,19 +25,20 @@ class Report:
     error: BaseException | None = None
     traceback: str = ""
     events: list = field(default_factory=list)
+    receives: list = field(default_factory=list)
     output: str = ""
     kind: str = "result"  # "result" | "error" | "died" | "stuck"
 
 
-def execute(comm, run_id: int, epoch: int, payload: bytes, output: io.StringIO) -> Report:
-    """Run a shipped `fn(comm, *args, **kwargs)` on this rank and report how it went."""
-    comm.begin_run(epoch)
+def execute(comm, run_id: int, payload: bytes, output: io.StringIO) -> Report:
+    """Run a shipped `fn(comm, *args, **kwargs)` on this rank and report how it went (after `comm.begin_run`)."""
     try:
         fn, args, kwargs = cloudpickle.loads(payload)
         report = Report(comm.rank, run_id, value=fn(comm, *args, **kwargs))
     except BaseException as e:  # noqa: BLE001 - everything goes back to the caller, with its traceback
         report = Report(comm.rank, run_id, error=e, traceback=traceback.format_exc(), kind="error")
-    report.events, report.output = list(comm.trace.events), output.getvalue()
+    report.events, report.receives = list(comm.trace.events), list(comm.trace.receives)
+    report.output = output.getvalue()
     return report
 
 
@@ -84,7 +85,8 @@ def main(rank: int, world_size: int, token: str, host: str, timeout: float, conn
             break  # the parent is gone
         if kind == "run":
             run_id, epoch, payload = body
-            worker = threading.Thread(target=_run, args=(comm, run_id, epoch, payload, send),
+            comm.begin_run(epoch)  # here, not in the worker: an abort that follows must not be undone
+            worker = threading.Thread(target=_run, args=(comm, run_id, payload, send),
                                       name=f"rank{rank}-run{run_id}", daemon=True)
             worker.start()
         elif kind == "abort":
@@ -95,11 +97,11 @@ def main(rank: int, world_size: int, token: str, host: str, timeout: float, conn
     os._exit(0)  # do not wait for a user thread that may be stuck
 
 
-def _run(comm, run_id: int, epoch: int, payload: bytes, send) -> None:
+def _run(comm, run_id: int, payload: bytes, send) -> None:
     output = io.StringIO()
     sys.stdout = sys.stderr = output  # one run at a time per process: the Cluster prints it prefixed by rank
     try:
-        report = execute(comm, run_id, epoch, payload, output)
+        report = execute(comm, run_id, payload, output)
     finally:
         sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
     try:

@@ -33,11 +33,26 @@ class Event:
         return f"{self.tag:<15} step {self.step:>2} | rank {self.src} → {self.dst} | {where:<11} | {format_bytes(self.nbytes)}"
 
 
+@dataclass(frozen=True)
+class Receive:
+    """One completed recv on rank `dst`: called at `t_start`, message arrived at `t_arrived`, returned at `t_end`."""
+
+    dst: int
+    src: int
+    tag: str
+    step: int
+    nbytes: int
+    t_start: float
+    t_arrived: float
+    t_end: float
+
+
 class Trace:
     """The events of one run, in send order; `str(trace)` prints one line per message."""
 
-    def __init__(self, events=()):
-        self.events: list[Event] = list(events)
+    def __init__(self, events=(), receives=()):
+        self.events: list[Event] = list(events)  # sends, as recorded by their senders
+        self.receives: list[Receive] = list(receives)  # recvs, as recorded by their receivers (for timelines)
         self._lock = threading.Lock()
 
     def record(self, event: Event) -> None:
@@ -45,19 +60,26 @@ class Trace:
             self.events.append(event)
 
     def __getstate__(self):
-        return {"events": self.events}
+        return {"events": self.events, "receives": self.receives}
 
     def __setstate__(self, state):
-        self.events, self._lock = state["events"], threading.Lock()
+        self.events, self.receives, self._lock = state["events"], state["receives"], threading.Lock()
+
+    def record_receive(self, receive: Receive) -> None:
+        with self._lock:
+            self.receives.append(receive)
 
     def clear(self) -> None:
         with self._lock:
             self.events.clear()
+            self.receives.clear()
 
     @classmethod
     def merge(cls, traces) -> Trace:
         """One trace of all ranks' events, ordered by start time."""
-        return cls(sorted((e for t in traces for e in t.events), key=lambda e: (e.t_start, e.src)))
+        traces = list(traces)
+        return cls(sorted((e for t in traces for e in t.events), key=lambda e: (e.t_start, e.src)),
+                   sorted((r for t in traces for r in t.receives), key=lambda r: (r.t_start, r.dst)))
 
     def __len__(self) -> int:
         return len(self.events)

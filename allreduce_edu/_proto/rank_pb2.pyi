@@ -62,11 +62,11 @@ class Frame(_message.Message):
     data: bytes
     def __init__(self, header: _Optional[_Union[Header, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
 
-class Ack(_message.Message):
-    __slots__ = ("seq",)
-    SEQ_FIELD_NUMBER: _ClassVar[int]
-    seq: int
-    def __init__(self, seq: _Optional[int] = ...) -> None: ...
+class ExchangeSummary(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: int
+    def __init__(self, messages: _Optional[int] = ...) -> None: ...
 
 class PingRequest(_message.Message):
     __slots__ = ("src",)

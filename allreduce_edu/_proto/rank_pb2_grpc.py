@@ -35,10 +35,10 @@ class RankStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.Exchange = channel.stream_stream(
+        self.Exchange = channel.stream_unary(
                 '/allreduce_edu.Rank/Exchange',
                 request_serializer=allreduce__edu_dot___proto_dot_rank__pb2.Frame.SerializeToString,
-                response_deserializer=allreduce__edu_dot___proto_dot_rank__pb2.Ack.FromString,
+                response_deserializer=allreduce__edu_dot___proto_dot_rank__pb2.ExchangeSummary.FromString,
                 _registered_method=True)
         self.Ping = channel.unary_unary(
                 '/allreduce_edu.Rank/Ping',
@@ -52,8 +52,9 @@ class RankServicer:
     """
 
     def Exchange(self, request_iterator, context):
-        """The data plane: one long-lived stream per (sender, receiver) pair. The sender writes
-        Frames; the receiver answers each complete message with an Ack.
+        """The data plane: one long-lived stream per (sender, receiver) pair, open for the life of
+        the cluster. The sender writes Frames; each complete message goes to the receiver's mailbox
+        in order. The call ends only when the sender closes it (or either side dies).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -69,10 +70,10 @@ class RankServicer:
 
 def add_RankServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'Exchange': grpc.stream_stream_rpc_method_handler(
+            'Exchange': grpc.stream_unary_rpc_method_handler(
                     servicer.Exchange,
                     request_deserializer=allreduce__edu_dot___proto_dot_rank__pb2.Frame.FromString,
-                    response_serializer=allreduce__edu_dot___proto_dot_rank__pb2.Ack.SerializeToString,
+                    response_serializer=allreduce__edu_dot___proto_dot_rank__pb2.ExchangeSummary.SerializeToString,
             ),
             'Ping': grpc.unary_unary_rpc_method_handler(
                     servicer.Ping,
@@ -102,12 +103,12 @@ class Rank:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.stream_stream(
+        return grpc.experimental.stream_unary(
             request_iterator,
             target,
             '/allreduce_edu.Rank/Exchange',
             allreduce__edu_dot___proto_dot_rank__pb2.Frame.SerializeToString,
-            allreduce__edu_dot___proto_dot_rank__pb2.Ack.FromString,
+            allreduce__edu_dot___proto_dot_rank__pb2.ExchangeSummary.FromString,
             options,
             channel_credentials,
             insecure,

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from ..trace import Event, Trace
+from ..trace import Event, Receive, Trace
 from .errors import CollectiveError
 from .mailbox import Mailbox, Message, Signature
 
@@ -22,7 +22,7 @@ def check_array(array, what: str = "array") -> np.ndarray:
     if array.dtype.name not in WIRE_DTYPES:
         raise TypeError(f"{what} has dtype {array.dtype}, which cannot travel between ranks; "
                         f"use one of {', '.join(sorted(WIRE_DTYPES))}")
-    return np.ascontiguousarray(array)
+    return array if array.flags.c_contiguous else np.array(array, order="C")  # keeps 0-d arrays 0-d
 
 
 class Request:
@@ -83,8 +83,11 @@ class Communicator:
     def recv(self, src: int, tag: str, timeout: float | None = None) -> np.ndarray:
         """Wait for the next array `src` sent with `tag`; raises instead of waiting forever."""
         self._check_peer(src, "src")
+        t_start = time.perf_counter()
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         msg = self._mailbox.take(src, tag, self._epoch, self._current_id(), self._signature, deadline)
+        self.trace.record_receive(Receive(self.rank, src, tag, msg.step, msg.array.nbytes, t_start,
+                                          msg.t_arrived, time.perf_counter()))
         return msg.array
 
     def sendrecv(self, dst: int, array, src: int, tag: str, *, step: int = -1, chunk=None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
+from time import perf_counter
 from collections import defaultdict, deque
 from dataclasses import dataclass
 
@@ -43,6 +44,7 @@ class Message:
     collective_id: int = 0  # 0 = plain send/recv outside any collective
     signature: Signature | None = None
     step: int = -1
+    t_arrived: float = 0.0  # time.perf_counter() when the whole message was in the mailbox
 
 
 class Mailbox:
@@ -62,6 +64,7 @@ class Mailbox:
         with self._cond:
             if msg.epoch < self._epoch:
                 return  # a late message from an abandoned run: never mistaken for a new one
+            msg.t_arrived = perf_counter()
             self._queues[(msg.src, msg.epoch, msg.collective_id, msg.tag)].append(msg)
             if msg.signature is not None:
                 self._signatures[(msg.epoch, msg.collective_id)].setdefault(msg.src, msg.signature)
