@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import io
+import linecache
 import multiprocessing
 import multiprocessing.connection
 import queue
+import re
 import secrets
 import signal
 import sys
 import threading
 import time
+import types
 import weakref
 
 import cloudpickle
@@ -146,8 +149,8 @@ class Cluster:
         stuck = [rank for rank in range(self.world_size) if rank not in reports]
         for rank in stuck:
             reports[rank] = Report(rank, self._run_id, kind="stuck", error=CollectiveTimeout(
-                f"rank {rank} did not stop within {GRACE:.0f} s of the abort (busy outside any "
-                f"collective?); the Cluster replaced all ranks", ranks=(rank,)))
+                f"rank {rank} was busy outside any collective while the others gave up on it ({error}); "
+                f"it did not stop within {GRACE:.0f} s, so the Cluster replaced all ranks", ranks=(rank,)))
         if stuck:
             self.restart()
 
@@ -376,15 +379,16 @@ def _abort_error(report: Report) -> CollectiveError:
 
 
 def _severity(report: Report) -> int:
-    """Lower is closer to the root cause: a death, then the user's error or a mismatch, then its effects."""
+    """Lower is closer to the root cause: a death; the user's error or a mismatch; a rank stuck outside
+    any collective (the others' timeouts point at it, or at ranks that waited on it); then the effects."""
     e = report.error
     if report.kind == "died":
         return 0
     if isinstance(e, CollectiveMismatch) or not isinstance(e, CollectiveError):
         return 1
-    if isinstance(e, (CollectiveTimeout, RankFailure)) and report.kind != "stuck":
+    if report.kind == "stuck":
         return 2
-    return 3 if report.kind == "stuck" else 4
+    return 3 if isinstance(e, (CollectiveTimeout, RankFailure)) else 4
 
 
 def _root_cause(failures: list[Report], fn) -> BaseException:
@@ -392,7 +396,7 @@ def _root_cause(failures: list[Report], fn) -> BaseException:
     cause = min(failures, key=_severity)  # min() keeps arrival order among equals
     error = cause.error
     if cause.traceback and error.__traceback__ is None:  # it came from another process
-        error.__cause__ = RemoteTraceback(cause.traceback)
+        error.__cause__ = RemoteTraceback(_restore_sources(cause.traceback, fn))
     name = getattr(fn, "__name__", repr(fn))
     notes = [f"raised on rank {cause.rank} in cluster.run({name})"]
     others = [r for r in failures if r is not cause]
@@ -405,6 +409,28 @@ def _root_cause(failures: list[Report], fn) -> BaseException:
         notes.append("call cluster.restart() for a full world")
     _add_note(error, "\n".join(notes))
     return error
+
+
+def _restore_sources(text: str, fn) -> str:
+    """Put file names and source lines back into a rank's traceback: code shipped by value lost them."""
+    codes: dict[str, list] = {}
+    todo = [getattr(fn, "__code__", None)] + [getattr(f, "__code__", None) for f in getattr(fn, "__globals__", {}).values()]
+    while todo:
+        code = todo.pop()
+        if isinstance(code, types.CodeType):
+            codes.setdefault(code.co_name, []).append(code)
+            todo.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+
+    def restore(match: re.Match) -> str:
+        line, name = int(match[1]), match[2]
+        for code in codes.get(name, []):
+            lines = [n for _, _, n in code.co_lines() if n is not None]
+            if lines and min(lines) <= line <= max(lines):
+                source = linecache.getline(code.co_filename, line).strip()
+                return f'File "{code.co_filename}", line {line}, in {name}' + (f"\n    {source}" if source else "")
+        return match[0]
+
+    return re.sub(r'File "<dynamic-code>", line (\d+), in (\S+)', restore, text)
 
 
 def _add_note(error: BaseException, note: str) -> None:

@@ -120,16 +120,35 @@ class Trace:
         return [asdict(e) for e in self.events]
 
     def to_chrome_trace(self, path: str | Path) -> Path:
-        """Write Chrome trace-event JSON (open it in https://ui.perfetto.dev): one lane per rank."""
-        t0 = min((e.t_start for e in self.events), default=0.0)
-        events = [{"name": "process_name", "ph": "M", "pid": 0, "tid": r, "args": {"name": f"rank {r}"}}
-                  for r in sorted({e.src for e in self.events} | {e.dst for e in self.events})]
-        events = [{"name": "thread_name", "ph": "M", "pid": 0, "tid": ev["tid"], "args": ev["args"]} for ev in events]
-        for e in self.events:
-            events.append({"name": f"{e.tag} → {e.dst}", "cat": e.collective or "p2p", "ph": "X", "pid": 0,
-                           "tid": e.src, "ts": (e.t_start - t0) * 1e6, "dur": max(e.duration, 0.0) * 1e6,
+        """Write Chrome trace-event JSON (open it in https://ui.perfetto.dev): one process per rank, sends and recvs."""
+        t0 = min([e.t_start for e in self.events] + [r.t_start for r in self.receives], default=0.0)
+        us = lambda t: round((t - t0) * 1e6, 3)  # noqa: E731 - microseconds since the first message
+        ranks = sorted({e.src for e in self.events} | {e.dst for e in self.events} | {r.dst for r in self.receives})
+        events = [{"name": "process_name", "ph": "M", "pid": r, "tid": 0, "args": {"name": f"rank {r}"}} for r in ranks]
+        events += [{"name": "process_sort_index", "ph": "M", "pid": r, "tid": 0, "args": {"sort_index": r}} for r in ranks]
+        lanes: dict[tuple[int, str], list[float]] = {}  # overlapping slices must go to separate threads
+
+        def lane(rank: int, kind: str, start: float, end: float) -> int:
+            ends = lanes.setdefault((rank, kind), [])  # when each lane of this rank's sends (recvs) is free again
+            free = next((i for i, busy_until in enumerate(ends) if busy_until <= start), len(ends))
+            ends[free:free + 1] = [end]
+            return free + (0 if kind == "send" else 1000)
+
+        for e in sorted(self.events, key=lambda e: e.t_start):
+            events.append({"name": f"{e.tag} → {e.dst}", "cat": e.collective or "p2p", "ph": "X", "pid": e.src,
+                           "tid": lane(e.src, "send", e.t_start, e.t_end), "ts": us(e.t_start),
+                           "dur": max(round(us(e.t_end) - us(e.t_start), 3), 0.0),
                            "args": {"src": e.src, "dst": e.dst, "step": e.step, "nbytes": e.nbytes,
                                     "chunk": list(e.chunk) if e.chunk else None}})
+        for r in sorted(self.receives, key=lambda r: r.t_start):
+            events.append({"name": f"recv {r.tag} ← {r.src}", "cat": "recv", "ph": "X", "pid": r.dst,
+                           "tid": lane(r.dst, "recv", r.t_start, r.t_end), "ts": us(r.t_start),
+                           "dur": max(round(us(r.t_end) - us(r.t_start), 3), 0.0),
+                           "args": {"src": r.src, "dst": r.dst, "step": r.step, "nbytes": r.nbytes,
+                                    "waited_us": round(max(r.t_arrived - r.t_start, 0.0) * 1e6, 3)}})
+        events += [{"name": "thread_name", "ph": "M", "pid": rank, "tid": i + (0 if kind == "send" else 1000),
+                    "args": {"name": kind if i == 0 else f"{kind} {i + 1}"}}
+                   for (rank, kind), ends in sorted(lanes.items()) for i in range(len(ends))]
         path = Path(path)
         path.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
         return path
@@ -142,3 +161,6 @@ def format_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     raise AssertionError("unreachable")
+
+
+from .replay import replay  # noqa: E402, F401 - at the end: replay is pure and imports nothing from here
