@@ -41,12 +41,13 @@ class RemoteTraceback(Exception):
 class Cluster:
     """`world_size` ranks that stay up between `run` calls; `run(fn)` calls fn(comm) on every rank.
 
-    transport="grpc": one process per rank, each a gRPC server on `host` (127.0.0.1).
-    transport="local": one thread per rank in this process, for instant traces and tests.
+    transport="grpc": one process per rank, each a gRPC server on `host` (127.0.0.1: this machine only),
+    with TLS when `tls` (a `TLS` of PEM bytes) is given. transport="local": one thread per rank in this
+    process, for instant traces and tests. `timeout` bounds every wait for a peer, in seconds.
     """
 
     def __init__(self, world_size: int = 4, transport: str = "grpc", timeout: float = 30.0,
-                 host: str = "127.0.0.1"):
+                 host: str = "127.0.0.1", tls=None):
         if getattr(multiprocessing.current_process(), "_inheriting", False):
             raise RuntimeError("A Cluster was created while a rank process was starting. " + GUARD_HINT)
         if not isinstance(world_size, int) or world_size < 1:
@@ -55,7 +56,7 @@ class Cluster:
             raise ValueError(f"unknown transport {transport!r}; valid: {', '.join(TRANSPORTS)}")
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
-        self.world_size, self.transport, self.timeout, self.host = world_size, transport, timeout, host
+        self.world_size, self.transport, self.timeout, self.host, self.tls = world_size, transport, timeout, host, tls
         self.trace = Trace()
         self._run_id = 0
         self._world = None
@@ -64,7 +65,7 @@ class Cluster:
     def _start(self) -> None:
         self._dead: set[int] = set()
         if self.transport == "grpc":
-            self._world = _Processes(self.world_size, secrets.token_hex(16), self.host, self.timeout)
+            self._world = _Processes(self.world_size, secrets.token_hex(16), self.host, self.timeout, self.tls)
         else:
             self._world = _Threads(self.world_size, self.timeout)
         self._finalizer = weakref.finalize(self, self._world.close)
@@ -177,7 +178,7 @@ def _is_local(module) -> bool:
 class _Processes:
     """One spawned process per rank, each a gRPC server; the parent talks to each over a pipe."""
 
-    def __init__(self, world_size: int, token: str, host: str, timeout: float):
+    def __init__(self, world_size: int, token: str, host: str, timeout: float, tls=None):
         from . import rank as rank_module
 
         ctx = multiprocessing.get_context("spawn")  # never fork: gRPC and Numba's threads are not fork-safe
@@ -185,7 +186,7 @@ class _Processes:
         for rank in range(world_size):
             parent_end, child_end = ctx.Pipe()
             proc = ctx.Process(target=rank_module.main, name=f"allreduce-edu-rank-{rank}", daemon=True,
-                               args=(rank, world_size, token, host, timeout, child_end))
+                               args=(rank, world_size, token, host, timeout, child_end, tls))
             proc.start()
             child_end.close()
             self.conns.append(parent_end)

@@ -13,6 +13,7 @@ import queue
 import threading
 import time
 from concurrent import futures
+from dataclasses import dataclass
 
 import grpc
 import numpy as np
@@ -31,6 +32,29 @@ EXCHANGE = f"/{SERVICE}/Exchange"
 TOKEN_KEY, RANK_KEY = "x-allreduce-token", "x-allreduce-rank"
 CHANNEL_OPTIONS = [("grpc.enable_http_proxy", 0)]  # loopback traffic must never go through a proxy
 SERVER_OPTIONS = [("grpc.so_reuseport", 0)]  # one port, one rank
+
+
+@dataclass(frozen=True)
+class TLS:
+    """TLS for ranks on several machines: PEM bytes of the cluster's certificate chain and key.
+
+    `ca` verifies peers (defaults to `cert`: a self-signed cluster certificate is its own CA);
+    `mutual=True` makes servers demand a client certificate signed by `ca` too.
+    """
+
+    cert: bytes
+    key: bytes
+    ca: bytes | None = None
+    mutual: bool = False
+
+    def server_credentials(self) -> grpc.ServerCredentials:
+        return grpc.ssl_server_credentials([(self.key, self.cert)], root_certificates=self.ca or self.cert,
+                                           require_client_auth=self.mutual)
+
+    def channel_credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(root_certificates=self.ca or self.cert,
+                                            private_key=self.key if self.mutual else None,
+                                            certificate_chain=self.cert if self.mutual else None)
 
 
 class TokenInterceptor(grpc.ServerInterceptor):
@@ -83,7 +107,9 @@ class PeerLink:
 
     def __init__(self, comm: GrpcCommunicator, dst: int, address: str):
         self.comm, self.dst, self.address = comm, dst, address
-        self.channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        tls = comm.tls
+        self.channel = (grpc.secure_channel(address, tls.channel_credentials(), options=CHANNEL_OPTIONS) if tls
+                        else grpc.insecure_channel(address, options=CHANNEL_OPTIONS))
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         self._pending: dict[int, GrpcRequest] = {}
         self._lock = threading.Lock()
@@ -162,8 +188,11 @@ class GrpcCommunicator(Communicator):
 
     def __init__(self, rank: int, world_size: int, *, token: str, host: str = "127.0.0.1", port: int = 0,
                  timeout: float = 30.0, max_message_bytes: int = MAX_MESSAGE_BYTES,
-                 chunk_bytes: int = CHUNK_BYTES):
+                 chunk_bytes: int = CHUNK_BYTES, tls: TLS | None = None):
         super().__init__(rank, world_size, timeout)
+        if not token:
+            raise ValueError("a gRPC rank needs the cluster's token: ranks refuse calls without it")
+        self.tls = tls
         self.metadata = ((TOKEN_KEY, token), (RANK_KEY, str(rank)))
         self.max_message_bytes, self.chunk_bytes = max_message_bytes, chunk_bytes
         self.closing = False
@@ -177,7 +206,8 @@ class GrpcCommunicator(Communicator):
             "Ping": grpc.unary_unary_rpc_method_handler(
                 self._serve_ping, pb.PingRequest.FromString, pb.PingReply.SerializeToString),
         })])
-        bound = self._server.add_insecure_port(f"{host}:{port}")
+        bound = (self._server.add_secure_port(f"{host}:{port}", tls.server_credentials()) if tls
+                 else self._server.add_insecure_port(f"{host}:{port}"))
         if not bound:
             raise OSError(f"rank {rank} could not bind {host}:{port}")
         self._server.start()
