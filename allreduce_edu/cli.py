@@ -51,8 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--count", type=int, default=1 << 18, help="float32 elements per rank")
     p.add_argument("--transport", choices=("grpc", "local"), default="grpc")
 
-    p = sub.add_parser("bench", help="nccl-tests style all-reduce benchmark")
+    p = sub.add_parser("bench", help="nccl-tests style all-reduce benchmark (--op layernorm: the fused operator)")
     p.add_argument("-n", "--world-size", type=int, default=4)
+    p.add_argument("--op", choices=("allreduce", "layernorm"), default="allreduce",
+                   help="allreduce: the algorithms table; layernorm: reduce_layernorm_broadcast's variants")
+    p.add_argument("--rows", default="256,1024,4096", help="--op layernorm: comma-separated row counts")
+    p.add_argument("--hidden", default="1024,4096", help="--op layernorm: comma-separated hidden sizes")
     p.add_argument("--algorithm", default=",".join(ALGORITHMS),
                    help=f"comma-separated, from {', '.join(ALGORITHMS)} (default: all)")
     p.add_argument("--transport", choices=("grpc", "local"), default="grpc")
@@ -67,6 +71,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "demo":
         return 0 if demo(args.world_size, args.count, transport=args.transport) else 1
+    if args.op == "layernorm":
+        if args.dtype not in ("float32", "float64"):
+            parser.error(f"--op layernorm needs --dtype float32 or float64, got {args.dtype}")
+        try:
+            rows, hidden = ([int(v) for v in text.split(",") if v.strip()] for text in (args.rows, args.hidden))
+        except ValueError:
+            rows = hidden = []
+        if not rows or not hidden or min(rows) < 0 or min(hidden) < 1:
+            parser.error(f"--rows and --hidden take comma-separated integers (rows >= 0, hidden >= 1), "
+                         f"got {args.rows!r} and {args.hidden!r}")
+        from . import fused_bench
+        return fused_bench.report(args.world_size, args.transport, rows, hidden, args.dtype, args.iters, args.warmup)
     algorithms = [a.strip() for a in args.algorithm.split(",") if a.strip()]
     unknown = [a for a in algorithms if a not in ALGORITHMS]
     if unknown:

@@ -158,12 +158,33 @@ def _bad_call(comm, kind):
     ("dtype", TypeError, ["<U1", "float32"]),
     ("object", TypeError, ["object", "float32"]),
 ])
-def test_bad_arguments_fail_before_any_message(kind, error, words):
-    cluster = cluster_for("local", 4)
+def test_bad_arguments_fail_before_any_message(transport, kind, error, words):
+    cluster = cluster_for(transport, 4)
     with pytest.raises(error) as info:
         cluster.run(_bad_call, kind)
-    assert all(w in str(info.value) for w in words), str(info.value)
+    assert all(w in str(info.value) for w in words + ["rank "]), str(info.value)
     assert len(cluster.trace) == 0, "nothing may be sent before the arguments are checked"
+
+
+def _disagree(comm, what):
+    x = np.ones(4, np.float32)
+    if what == "op":
+        return ae.allreduce(comm, x, op="max" if comm.rank == 2 else "sum")
+    return ae.allreduce(comm, x, algorithm="tree" if comm.rank == 2 else "ring")
+
+
+@pytest.mark.parametrize("what, words", [("op", ["op='max'", "op='sum'"]),
+                                         ("algorithm", ["algorithm='tree'", "algorithm='ring'"])])
+def test_ranks_disagreeing_on_op_or_algorithm_raise_mismatch(transport, what, words):
+    with pytest.raises(ae.CollectiveMismatch) as info:
+        cluster_for(transport, 4).run(_disagree, what)
+    assert "rank 2 called" in str(info.value) and all(w in str(info.value) for w in words), str(info.value)
+    assert 2 in info.value.ranks
+
+
+def test_world_size_below_one_is_refused():
+    with pytest.raises(ValueError, match="world_size must be an integer >= 1, got 0"):
+        ae.Cluster(0)
 
 
 def _lists(comm):

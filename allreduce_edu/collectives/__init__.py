@@ -21,13 +21,14 @@ __all__ = ["allreduce", "reduce", "broadcast", "reduce_scatter", "all_gather", "
 def allreduce(comm, x, op: str = "sum", algorithm: str = "ring") -> np.ndarray:
     """Every rank gets op(x over all ranks), with x's shape and dtype; the caller's x is never changed."""
     if algorithm not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {algorithm!r}; valid algorithms: {', '.join(ALGORITHMS)}")
+        raise ValueError(f"rank {comm.rank}: unknown algorithm {algorithm!r}; valid algorithms: "
+                         f"{', '.join(ALGORITHMS)}")
     return ALGORITHMS[algorithm](comm, x, op)
 
 
 def reduce(comm, x, op: str = "sum", root: int = 0) -> np.ndarray | None:
     """Binomial-tree reduce: `root` gets op(x over all ranks); the other ranks get None (as in mpi4py)."""
-    check_op(op)
+    check_op(comm, op)
     root = check_root(comm, root)
     x = check_array(x, f"reduce input on rank {comm.rank}")
     with comm.collective("reduce", algorithm="tree", op=op, dtype=x.dtype, shape=x.shape, root=root):
@@ -45,7 +46,7 @@ def broadcast(comm, x, root: int = 0) -> np.ndarray:
 
 def reduce_scatter(comm, x, op: str = "sum") -> np.ndarray:
     """Ring reduce-scatter: rank r gets the reduction of piece r of np.array_split(x, world_size, axis=0)."""
-    check_op(op)
+    check_op(comm, op)
     x = check_array(x, f"reduce_scatter input on rank {comm.rank}")
     if x.ndim == 0:
         raise ValueError(f"reduce_scatter on rank {comm.rank} needs an array with at least one axis to split")

@@ -12,15 +12,16 @@ OPS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 ALGORITHMS: dict[str, callable] = {}  # filled by @allreduce_algorithm in each algorithm's module
 
 
-def check_op(op: str) -> str:
+def check_op(comm, op: str) -> str:
     if op not in OPS:
-        raise ValueError(f"unknown op {op!r}; valid ops: {', '.join(OPS)}")
+        raise ValueError(f"rank {comm.rank}: unknown op {op!r}; valid ops: {', '.join(OPS)}")
     return op
 
 
 def check_root(comm, root) -> int:
     if not isinstance(root, (int, np.integer)) or not 0 <= root < comm.world_size:
-        raise ValueError(f"root={root!r} is outside the world: valid roots are 0..{comm.world_size - 1}")
+        raise ValueError(f"rank {comm.rank}: root={root!r} is outside the world: valid roots are "
+                         f"0..{comm.world_size - 1}")
     return int(root)
 
 
@@ -39,7 +40,7 @@ def allreduce_algorithm(name: str):
     def register(body):
         @functools.wraps(body)
         def allreduce_with(comm, x, op: str = "sum") -> np.ndarray:
-            check_op(op)
+            check_op(comm, op)
             x = check_array(x, f"allreduce input on rank {comm.rank}")
             with comm.collective("allreduce", algorithm=name, op=op, dtype=x.dtype, shape=x.shape):
                 return body(comm, x, op)
