@@ -44,10 +44,11 @@ class Cluster:
     transport="grpc": one process per rank, each a gRPC server on `host` (127.0.0.1: this machine only),
     with TLS when `tls` (a `TLS` of PEM bytes) is given. transport="local": one thread per rank in this
     process, for instant traces and tests. `timeout` bounds every wait for a peer, in seconds.
+    `links` (see allreduce_edu.comm.links) delays every message as an emulated network link would.
     """
 
     def __init__(self, world_size: int = 4, transport: str = "grpc", timeout: float = 30.0,
-                 host: str = "127.0.0.1", tls=None):
+                 host: str = "127.0.0.1", tls=None, links=None):
         if getattr(multiprocessing.current_process(), "_inheriting", False):
             raise RuntimeError("A Cluster was created while a rank process was starting. " + GUARD_HINT)
         if not isinstance(world_size, int) or world_size < 1:
@@ -56,7 +57,8 @@ class Cluster:
             raise ValueError(f"unknown transport {transport!r}; valid: {', '.join(TRANSPORTS)}")
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
-        self.world_size, self.transport, self.timeout, self.host, self.tls = world_size, transport, timeout, host, tls
+        self.world_size, self.transport, self.timeout, self.host = world_size, transport, timeout, host
+        self.tls, self.links = tls, links
         self.trace = Trace()
         self._run_id = 0
         self._world = None
@@ -65,9 +67,10 @@ class Cluster:
     def _start(self) -> None:
         self._dead: set[int] = set()
         if self.transport == "grpc":
-            self._world = _Processes(self.world_size, secrets.token_hex(16), self.host, self.timeout, self.tls)
+            self._world = _Processes(self.world_size, secrets.token_hex(16), self.host, self.timeout, self.tls,
+                                     self.links)
         else:
-            self._world = _Threads(self.world_size, self.timeout)
+            self._world = _Threads(self.world_size, self.timeout, self.links)
         self._finalizer = weakref.finalize(self, self._world.close)
 
     @property
@@ -178,7 +181,7 @@ def _is_local(module) -> bool:
 class _Processes:
     """One spawned process per rank, each a gRPC server; the parent talks to each over a pipe."""
 
-    def __init__(self, world_size: int, token: str, host: str, timeout: float, tls=None):
+    def __init__(self, world_size: int, token: str, host: str, timeout: float, tls=None, links=None):
         from . import rank as rank_module
 
         ctx = multiprocessing.get_context("spawn")  # never fork: gRPC and Numba's threads are not fork-safe
@@ -186,7 +189,7 @@ class _Processes:
         for rank in range(world_size):
             parent_end, child_end = ctx.Pipe()
             proc = ctx.Process(target=rank_module.main, name=f"allreduce-edu-rank-{rank}", daemon=True,
-                               args=(rank, world_size, token, host, timeout, child_end, tls))
+                               args=(rank, world_size, token, host, timeout, child_end, tls, links))
             proc.start()
             child_end.close()
             self.conns.append(parent_end)
@@ -303,8 +306,10 @@ class _Closed:
 class _Threads:
     """One thread per rank in this process, over the local transport."""
 
-    def __init__(self, world_size: int, timeout: float):
+    def __init__(self, world_size: int, timeout: float, links=None):
         self.world = LocalWorld(world_size, timeout)
+        for comm in self.world.comms:
+            comm.links = links
         self.addresses = [f"local:{rank}" for rank in range(world_size)]
         self._reports: queue.SimpleQueue = queue.SimpleQueue()
         self._router: _OutputRouter | None = None

@@ -51,7 +51,7 @@ def serialise_error(report: Report) -> Report:
     return report
 
 
-def main(rank: int, world_size: int, token: str, host: str, timeout: float, conn, tls=None) -> None:
+def main(rank: int, world_size: int, token: str, host: str, timeout: float, conn, tls=None, links=None) -> None:
     """Entry point of a spawned rank (multiprocessing target)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # "interrupt kernel" signals the whole group: the Cluster handles it
     sys.setswitchinterval(2e-4)  # hand the GIL over often: gRPC threads and the algorithm share it
@@ -65,6 +65,7 @@ def main(rank: int, world_size: int, token: str, host: str, timeout: float, conn
             conn.send(item)
 
     comm = GrpcCommunicator(rank, world_size, token=token, host=host, timeout=timeout, tls=tls)
+    comm.links = links
     send(("ready", comm.address))
     kind, addresses = conn.recv()
     try:

@@ -81,3 +81,19 @@ class PingReply(_message.Message):
     rank: int
     world_size: int
     def __init__(self, rank: _Optional[int] = ..., world_size: _Optional[int] = ...) -> None: ...
+
+class JoinRequest(_message.Message):
+    __slots__ = ("rank", "world_size", "address")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    world_size: int
+    address: str
+    def __init__(self, rank: _Optional[int] = ..., world_size: _Optional[int] = ..., address: _Optional[str] = ...) -> None: ...
+
+class JoinReply(_message.Message):
+    __slots__ = ("addresses",)
+    ADDRESSES_FIELD_NUMBER: _ClassVar[int]
+    addresses: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, addresses: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -45,6 +45,11 @@ class RankStub:
                 request_serializer=allreduce__edu_dot___proto_dot_rank__pb2.PingRequest.SerializeToString,
                 response_deserializer=allreduce__edu_dot___proto_dot_rank__pb2.PingReply.FromString,
                 _registered_method=True)
+        self.Join = channel.unary_unary(
+                '/allreduce_edu.Rank/Join',
+                request_serializer=allreduce__edu_dot___proto_dot_rank__pb2.JoinRequest.SerializeToString,
+                response_deserializer=allreduce__edu_dot___proto_dot_rank__pb2.JoinReply.FromString,
+                _registered_method=True)
 
 
 class RankServicer:
@@ -67,6 +72,14 @@ class RankServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Join(self, request, context):
+        """Rendezvous, served by rank 0 of an SPMD launch only: blocks until every rank has joined or
+        the rendezvous deadline passes (DEADLINE_EXCEEDED, naming the missing ranks).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RankServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -79,6 +92,11 @@ def add_RankServicer_to_server(servicer, server):
                     servicer.Ping,
                     request_deserializer=allreduce__edu_dot___proto_dot_rank__pb2.PingRequest.FromString,
                     response_serializer=allreduce__edu_dot___proto_dot_rank__pb2.PingReply.SerializeToString,
+            ),
+            'Join': grpc.unary_unary_rpc_method_handler(
+                    servicer.Join,
+                    request_deserializer=allreduce__edu_dot___proto_dot_rank__pb2.JoinRequest.FromString,
+                    response_serializer=allreduce__edu_dot___proto_dot_rank__pb2.JoinReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -136,6 +154,33 @@ class Rank:
             '/allreduce_edu.Rank/Ping',
             allreduce__edu_dot___proto_dot_rank__pb2.PingRequest.SerializeToString,
             allreduce__edu_dot___proto_dot_rank__pb2.PingReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Join(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/allreduce_edu.Rank/Join',
+            allreduce__edu_dot___proto_dot_rank__pb2.JoinRequest.SerializeToString,
+            allreduce__edu_dot___proto_dot_rank__pb2.JoinReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -63,6 +63,7 @@ class Communicator:
         self._epoch = 0
         self._collective_id = 0
         self._signature: Signature | None = None
+        self.links = None  # emulated links (allreduce_edu.comm.links): delay each send as its link would
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(rank={self.rank}, world_size={self.world_size})"
@@ -74,6 +75,8 @@ class Communicator:
         array = check_array(array)
         chunk = (chunk, chunk + 1) if isinstance(chunk, (int, np.integer)) else (tuple(chunk) if chunk else None)
         msg = Message(self.rank, tag, array, self._epoch, self._current_id(), self._signature, step)
+        if self.links is not None:
+            self.links.transmit(self.rank, dst, array.nbytes)
         return self._post(dst, msg, chunk)
 
     def send(self, dst: int, array, tag: str, *, step: int = -1, chunk=None) -> None:

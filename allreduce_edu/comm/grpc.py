@@ -193,6 +193,7 @@ class GrpcCommunicator(Communicator):
         if not token:
             raise ValueError("a gRPC rank needs the cluster's token: ranks refuse calls without it")
         self.tls = tls
+        self.rendezvous = None  # a callable(JoinRequest, context) -> JoinReply on the rank that hosts one
         self.metadata = ((TOKEN_KEY, token), (RANK_KEY, str(rank)))
         self.max_message_bytes, self.chunk_bytes = max_message_bytes, chunk_bytes
         self.closing = False
@@ -205,6 +206,8 @@ class GrpcCommunicator(Communicator):
                 self._serve_exchange, response_serializer=pb.ExchangeSummary.SerializeToString),
             "Ping": grpc.unary_unary_rpc_method_handler(
                 self._serve_ping, pb.PingRequest.FromString, pb.PingReply.SerializeToString),
+            "Join": grpc.unary_unary_rpc_method_handler(
+                self._serve_join, pb.JoinRequest.FromString, pb.JoinReply.SerializeToString),
         })])
         bound = (self._server.add_secure_port(f"{host}:{port}", tls.server_credentials()) if tls
                  else self._server.add_insecure_port(f"{host}:{port}"))
@@ -246,6 +249,11 @@ class GrpcCommunicator(Communicator):
     # --- the server side --------------------------------------------------------------------
     def _serve_ping(self, request, context):
         return pb.PingReply(rank=self.rank, world_size=self.world_size)
+
+    def _serve_join(self, request, context):
+        if self.rendezvous is None:  # set on rank 0 of an SPMD launch (allreduce_edu.launch)
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"rank {self.rank} runs no rendezvous")
+        return self.rendezvous(request, context)
 
     def _serve_exchange(self, frames, context):
         """Assemble frames into arrays and deliver each complete one to the mailbox, in order."""
