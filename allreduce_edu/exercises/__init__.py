@@ -1,0 +1,10 @@
+"""Checkers for the lessons' exercises: they run your answer (on real ranks when it is a collective)
+and reply with the first concrete thing that is wrong, and a hint. `solution("00.1")` shows an answer.
+
+One module per lesson (lesson00.py, lesson03.py, ...); every checker is importable from here.
+"""
+
+from ._feedback import Feedback, solution
+from .lesson00 import check_max_allreduce, check_welcome_prediction
+
+__all__ = ["Feedback", "solution", "check_welcome_prediction", "check_max_allreduce"]

@@ -1,0 +1,36 @@
+"""What every checker returns, and where solutions live until a learner asks for one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SOLUTIONS: dict[str, str] = {}  # "03.1" -> the solution's text; each lesson module adds its own
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """A checker's verdict: true when the answer passed; shown in a notebook as ✓ or ✗ and a hint."""
+
+    passed: bool
+    message: str
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __repr__(self) -> str:
+        return ("✓ " if self.passed else "✗ ") + self.message
+
+
+def passed(message: str) -> Feedback:
+    return Feedback(True, message)
+
+
+def failed(message: str) -> Feedback:
+    return Feedback(False, message)
+
+
+def solution(exercise: str) -> None:
+    """Print the solution of an exercise, e.g. solution("03.1")."""
+    if exercise not in SOLUTIONS:
+        raise KeyError(f"no exercise {exercise!r}; known: {', '.join(sorted(SOLUTIONS))}")
+    print(SOLUTIONS[exercise])

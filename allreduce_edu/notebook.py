@@ -1,0 +1,34 @@
+"""Helpers for the lessons: show the library's own source, highlighted (lessons show code, never paste it)."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Source:
+    """Source code that shows highlighted in a notebook and as plain text elsewhere."""
+
+    code: str
+    where: str
+
+    def __repr__(self) -> str:
+        return f"# {self.where}\n{self.code}"
+
+    def _repr_html_(self) -> str:
+        from pygments import highlight
+        from pygments.formatters import HtmlFormatter
+        from pygments.lexers import PythonLexer
+
+        body = highlight(self.code, PythonLexer(), HtmlFormatter(noclasses=True, style="default", nobackground=True))
+        return f'<div style="font-size:90%"><small><code>{self.where}</code></small>{body}</div>'
+
+
+def show_source(obj) -> Source:
+    """The source of a library function, class or module, with the file and line it lives at."""
+    obj = inspect.unwrap(obj)
+    lines, first = inspect.getsourcelines(obj)
+    path = inspect.getsourcefile(obj) or "?"
+    package_path = path[path.rfind("allreduce_edu"):] if "allreduce_edu" in path else path
+    return Source("".join(lines).rstrip("\n"), f"{package_path}:{first}")
