@@ -12,11 +12,14 @@ import numpy as np
 
 
 def fit_alpha_beta(nbytes, seconds) -> tuple[float, float]:
-    """Least-squares fit of t = α + n·β to measured one-way times; returns (α seconds, β seconds/byte)."""
+    """Fit t = α + n·β to measured one-way times, minimising relative error (so 8 B counts as much as 16 MiB).
+
+    Returns (α in seconds, β in seconds per byte).
+    """
     nbytes, seconds = np.asarray(nbytes, float), np.asarray(seconds, float)
     if nbytes.size < 2 or np.ptp(nbytes) == 0:
         raise ValueError("fit_alpha_beta needs times for at least two different message sizes")
-    beta, alpha = np.polyfit(nbytes, seconds, 1)
+    beta, alpha = np.polyfit(nbytes, seconds, 1, w=1 / seconds)
     return max(float(alpha), 0.0), max(float(beta), 0.0)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import logging
 import os
 import signal
 import sys
@@ -51,9 +52,31 @@ def serialise_error(report: Report) -> Report:
     return report
 
 
+class DeferredLog(logging.Handler):
+    """Keeps this rank's log lines until the next run reports, so they print with it, prefixed by rank."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+        self.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+
+    def emit(self, record) -> None:
+        self.lines.append(self.format(record))
+
+    def take(self) -> str:
+        lines, self.lines = self.lines, []
+        return "".join(line + "\n" for line in lines)
+
+
+LOG = DeferredLog()
+
+
 def main(rank: int, world_size: int, token: str, host: str, timeout: float, conn, tls=None, links=None) -> None:
     """Entry point of a spawned rank (multiprocessing target)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # "interrupt kernel" signals the whole group: the Cluster handles it
+    logger = logging.getLogger("allreduce_edu")
+    logger.addHandler(LOG)
+    logger.propagate = False  # never to the inherited stderr: in Jupyter it would land in whichever cell runs
     sys.setswitchinterval(2e-4)  # hand the GIL over often: gRPC threads and the algorithm share it
     from .comm.grpc import GrpcCommunicator
 
@@ -99,7 +122,8 @@ def main(rank: int, world_size: int, token: str, host: str, timeout: float, conn
 
 
 def _run(comm, run_id: int, payload: bytes, send) -> None:
-    output = io.StringIO()
+    output = io.StringIO(LOG.take())  # what the rank logged since the last run comes first
+    output.seek(0, io.SEEK_END)
     sys.stdout = sys.stderr = output  # one run at a time per process: the Cluster prints it prefixed by rank
     try:
         report = execute(comm, run_id, payload, output)

@@ -6,5 +6,7 @@ One module per lesson (lesson00.py, lesson03.py, ...); every checker is importab
 
 from ._feedback import Feedback, solution
 from .lesson00 import check_max_allreduce, check_welcome_prediction
+from .lesson01 import check_echo, check_prediction, check_small_message_answer
 
-__all__ = ["Feedback", "solution", "check_welcome_prediction", "check_max_allreduce"]
+__all__ = ["Feedback", "solution", "check_welcome_prediction", "check_max_allreduce", "check_prediction",
+           "check_echo", "check_small_message_answer"]
