@@ -120,12 +120,12 @@ class Trace:
         return [asdict(e) for e in self.events]
 
     def to_chrome_trace(self, path: str | Path) -> Path:
-        """Write Chrome trace-event JSON (open it in https://ui.perfetto.dev): one process per rank, sends and recvs."""
+        """Write Chrome trace-event JSON (open in https://ui.perfetto.dev): a process per rank, its sends and recvs."""
         t0 = min([e.t_start for e in self.events] + [r.t_start for r in self.receives], default=0.0)
         us = lambda t: round((t - t0) * 1e6, 3)  # noqa: E731 - microseconds since the first message
         ranks = sorted({e.src for e in self.events} | {e.dst for e in self.events} | {r.dst for r in self.receives})
-        events = [{"name": "process_name", "ph": "M", "pid": r, "tid": 0, "args": {"name": f"rank {r}"}} for r in ranks]
-        events += [{"name": "process_sort_index", "ph": "M", "pid": r, "tid": 0, "args": {"sort_index": r}} for r in ranks]
+        events = [{"name": name, "ph": "M", "pid": r, "tid": 0, "args": args} for r in ranks
+                  for name, args in (("process_name", {"name": f"rank {r}"}), ("process_sort_index", {"sort_index": r}))]
         lanes: dict[tuple[int, str], list[float]] = {}  # overlapping slices must go to separate threads
 
         def lane(rank: int, kind: str, start: float, end: float) -> int:
