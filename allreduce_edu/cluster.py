@@ -121,7 +121,7 @@ class Cluster:
             raise
         finally:
             self._world.finish()
-            self.trace = Trace.merge([Trace(r.events, r.receives) for r in reports.values()])
+            self.trace = Trace.merge([Trace(r.events, r.receives, r.dropped) for r in reports.values()])
             _print_outputs(reports)
         failures = [r for r in reports.values() if r.kind != "result"]
         if failures:

@@ -27,6 +27,7 @@ class Report:
     traceback: str = ""
     events: list = field(default_factory=list)
     receives: list = field(default_factory=list)
+    dropped: int = 0  # trace events not recorded (the trace was full)
     output: str = ""
     kind: str = "result"  # "result" | "error" | "died" | "stuck"
 
@@ -39,6 +40,7 @@ def execute(comm, run_id: int, payload: bytes, output: io.StringIO) -> Report:
     except BaseException as e:  # noqa: BLE001 - everything goes back to the caller, with its traceback
         report = Report(comm.rank, run_id, error=e, traceback=traceback.format_exc(), kind="error")
     report.events, report.receives = list(comm.trace.events), list(comm.trace.receives)
+    report.dropped = comm.trace.dropped
     report.output = output.getvalue()
     return report
 

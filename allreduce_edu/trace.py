@@ -48,38 +48,54 @@ class Receive:
 
 
 class Trace:
-    """The events of one run, in send order; `str(trace)` prints one line per message."""
+    """The events of one run, in send order; `str(trace)` prints one line per message.
 
-    def __init__(self, events=(), receives=()):
+    A rank keeps at most MAX_EVENTS sends (and as many receives) per run and counts the rest in
+    `dropped`, so a long training loop cannot grow its memory without bound.
+    """
+
+    MAX_EVENTS = 100_000
+
+    def __init__(self, events=(), receives=(), dropped: int = 0):
         self.events: list[Event] = list(events)  # sends, as recorded by their senders
         self.receives: list[Receive] = list(receives)  # recvs, as recorded by their receivers (for timelines)
+        self.dropped = dropped  # sends and receives not recorded because the trace was full
         self._lock = threading.Lock()
 
     def record(self, event: Event) -> None:
         with self._lock:
-            self.events.append(event)
+            if len(self.events) < self.MAX_EVENTS:
+                self.events.append(event)
+            else:
+                self.dropped += 1
 
     def __getstate__(self):
-        return {"events": self.events, "receives": self.receives}
+        return {"events": self.events, "receives": self.receives, "dropped": self.dropped}
 
     def __setstate__(self, state):
-        self.events, self.receives, self._lock = state["events"], state["receives"], threading.Lock()
+        self.events, self.receives = state["events"], state["receives"]
+        self.dropped, self._lock = state.get("dropped", 0), threading.Lock()
 
     def record_receive(self, receive: Receive) -> None:
         with self._lock:
-            self.receives.append(receive)
+            if len(self.receives) < self.MAX_EVENTS:
+                self.receives.append(receive)
+            else:
+                self.dropped += 1
 
     def clear(self) -> None:
         with self._lock:
             self.events.clear()
             self.receives.clear()
+            self.dropped = 0
 
     @classmethod
     def merge(cls, traces) -> Trace:
         """One trace of all ranks' events, ordered by start time."""
         traces = list(traces)
         return cls(sorted((e for t in traces for e in t.events), key=lambda e: (e.t_start, e.src)),
-                   sorted((r for t in traces for r in t.receives), key=lambda r: (r.t_start, r.dst)))
+                   sorted((r for t in traces for r in t.receives), key=lambda r: (r.t_start, r.dst)),
+                   sum(t.dropped for t in traces))
 
     def __len__(self) -> int:
         return len(self.events)
@@ -114,7 +130,9 @@ class Trace:
         return self.table()
 
     def __repr__(self) -> str:
-        return f"Trace({len(self.events)} messages, {format_bytes(sum(e.nbytes for e in self.events))}, steps {self.steps()})"
+        more = f", {self.dropped} more not recorded (trace full)" if self.dropped else ""
+        return (f"Trace({len(self.events)} messages, {format_bytes(sum(e.nbytes for e in self.events))}, "
+                f"steps {self.steps()}{more})")
 
     def to_dicts(self) -> list[dict]:
         return [asdict(e) for e in self.events]

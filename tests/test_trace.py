@@ -82,3 +82,21 @@ def test_receives_are_recorded_by_the_receiver():
     receives = cluster.trace.receives
     assert len(receives) == len(cluster.trace.events)
     assert all(r.t_start <= r.t_end and r.t_arrived <= r.t_end for r in receives)
+
+
+def _many_messages(comm, count):
+    for i in range(count):
+        ae.allreduce(comm, np.ones(2), algorithm="naive")
+    return comm.trace.dropped
+
+
+def test_a_full_trace_counts_what_it_drops(monkeypatch):
+    monkeypatch.setattr(ae.trace.Trace, "MAX_EVENTS", 10)
+    cluster = ae.Cluster(2, transport="local")
+    try:
+        dropped = cluster.run(_many_messages, 20)  # 20 messages sent and 20 received by each rank
+    finally:
+        cluster.close()
+    assert len(cluster.trace.events) == 20 and len(cluster.trace.receives) == 20  # 10 per rank kept
+    assert dropped == [20, 20] and cluster.trace.dropped == 40
+    assert "40 more not recorded" in repr(cluster.trace)
