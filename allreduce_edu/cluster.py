@@ -2,33 +2,21 @@
 
 from __future__ import annotations
 
-import io
 import linecache
 import multiprocessing
-import multiprocessing.connection
-import queue
 import re
 import secrets
-import signal
-import sys
-import threading
 import time
 import types
 import weakref
 
-import cloudpickle
-
 from .comm.errors import CollectiveAborted, CollectiveError, CollectiveMismatch, CollectiveTimeout, RankFailure
-from .comm.local import LocalWorld
-from .rank import Report, execute
+from .rank import Report
 from .trace import Trace
+from .worlds import GUARD_HINT, ProcessWorld, ThreadWorld
 
 TRANSPORTS = ("grpc", "local")
 GRACE = 3.0  # seconds ranks get to stop after an abort before they are killed (and replaced)
-
-GUARD_HINT = ("Rank processes are started with 'spawn', which re-imports your script in every rank. "
-              "Put the code that creates the Cluster under\n\n    if __name__ == \"__main__\":\n\n"
-              "so the ranks do not start clusters of their own.")
 
 
 class RemoteTraceback(Exception):
@@ -67,10 +55,10 @@ class Cluster:
     def _start(self) -> None:
         self._dead: set[int] = set()
         if self.transport == "grpc":
-            self._world = _Processes(self.world_size, secrets.token_hex(16), self.host, self.timeout, self.tls,
+            self._world = ProcessWorld(self.world_size, secrets.token_hex(16), self.host, self.timeout, self.tls,
                                      self.links)
         else:
-            self._world = _Threads(self.world_size, self.timeout, self.links)
+            self._world = ThreadWorld(self.world_size, self.timeout, self.links)
         self._finalizer = weakref.finalize(self, self._world.close)
 
     @property
@@ -157,223 +145,6 @@ class Cluster:
                 f"it did not stop within {GRACE:.0f} s, so the Cluster replaced all ranks", ranks=(rank,)))
         if stuck:
             self.restart()
-
-
-def ship(fn, args, kwargs) -> bytes:
-    """Pickle a call for the ranks. Functions from notebooks, scripts, tests and modules beside them go
-    by value (a rank may not be able to import them); installed packages go by reference."""
-    module = sys.modules.get(getattr(fn, "__module__", None) or "")
-    by_value = module is not None and module.__name__ not in ("__main__", "builtins") and _is_local(module)
-    if by_value:
-        cloudpickle.register_pickle_by_value(module)
-    try:
-        return cloudpickle.dumps((fn, args, kwargs))
-    finally:
-        if by_value:
-            cloudpickle.unregister_pickle_by_value(module)
-
-
-def _is_local(module) -> bool:
-    path = getattr(module, "__file__", None) or ""
-    return bool(path) and "-packages" not in path and not module.__name__.startswith("allreduce_edu")
-
-
-class _Processes:
-    """One spawned process per rank, each a gRPC server; the parent talks to each over a pipe."""
-
-    def __init__(self, world_size: int, token: str, host: str, timeout: float, tls=None, links=None):
-        from . import rank as rank_module
-
-        ctx = multiprocessing.get_context("spawn")  # never fork: gRPC and Numba's threads are not fork-safe
-        self.conns, self.procs = [], []
-        for rank in range(world_size):
-            parent_end, child_end = ctx.Pipe()
-            proc = ctx.Process(target=rank_module.main, name=f"allreduce-edu-rank-{rank}", daemon=True,
-                               args=(rank, world_size, token, host, timeout, child_end, tls, links))
-            proc.start()
-            child_end.close()
-            self.conns.append(parent_end)
-            self.procs.append(proc)
-        try:
-            self.addresses = self._gather("ready", max(60.0, timeout))
-            for conn in self.conns:
-                conn.send(("peers", self.addresses))
-            self._gather("connected", max(60.0, timeout))
-        except BaseException:
-            self.close()
-            raise
-
-    def _gather(self, expected: str, timeout: float) -> list:
-        """Wait until every rank has sent (`expected`, value); explain a rank that died instead."""
-        values, deadline = {}, time.monotonic() + timeout
-        while len(values) < len(self.procs):
-            waiting = [c for r, c in enumerate(self.conns) if r not in values]
-            ready = multiprocessing.connection.wait(
-                waiting + [p.sentinel for r, p in enumerate(self.procs) if r not in values],
-                max(deadline - time.monotonic(), 0))
-            if not ready:
-                raise RankFailure(f"ranks {sorted(set(range(len(self.procs))) - set(values))} did not start "
-                                  f"within {timeout:.0f} s")
-            for rank, conn in enumerate(self.conns):
-                if conn in ready and rank not in values:
-                    try:
-                        kind, value = conn.recv()
-                    except EOFError:
-                        continue  # it died: its sentinel says so below
-                    if kind != expected:
-                        raise RankFailure(f"rank {rank} failed to start: {value}", ranks=(rank,))
-                    values[rank] = value
-            for rank, proc in enumerate(self.procs):
-                if rank not in values and not proc.is_alive():
-                    raise RuntimeError(f"rank {rank} exited while starting (exit code {proc.exitcode}). "
-                                       + (GUARD_HINT if hasattr(sys.modules["__main__"], "__file__") else ""))
-        return [values[r] for r in range(len(self.procs))]
-
-    def submit(self, run_id: int, fn, args, kwargs) -> None:
-        payload = ship(fn, args, kwargs)
-        for conn in self.conns:
-            conn.send(("run", (run_id, run_id, payload)))
-
-    def wait(self, timeout: float, run_id: int) -> list[Report]:
-        """Reports that arrived within `timeout`, plus a "died" report for each rank that exited."""
-        reports = []
-        live = [r for r, p in enumerate(self.procs) if not isinstance(p, _Closed)]
-        ready = multiprocessing.connection.wait([self.conns[r] for r in live] + [self.procs[r].sentinel for r in live],
-                                                timeout)
-        for rank in live:
-            conn = self.conns[rank]
-            if conn in ready:
-                try:
-                    kind, report = conn.recv()
-                except (EOFError, OSError):
-                    continue
-                if report.run_id == run_id:
-                    reports.append(report)
-        for rank in live:
-            proc = self.procs[rank]
-            if proc.sentinel in ready and not proc.is_alive() and not any(r.rank == rank for r in reports):
-                code = proc.exitcode
-                how = f"killed by {signal.Signals(-code).name}" if code and code < 0 else f"exit code {code}"
-                reports.append(Report(rank, run_id, kind="died", error=RankFailure(
-                    f"rank {rank} died ({how})", ranks=(rank,))))
-                self.conns[rank], self.procs[rank] = _Closed(), _Closed()
-        return reports
-
-    def finish(self) -> None:
-        pass
-
-    def abort(self, error: CollectiveError) -> None:
-        for conn in self.conns:
-            try:
-                conn.send(("abort", error))
-            except (OSError, AttributeError):
-                pass
-
-    def close(self) -> None:
-        for conn in self.conns:
-            try:
-                conn.send(("close", None))
-            except (OSError, AttributeError):
-                pass
-        deadline = time.monotonic() + 5.0
-        for proc in self.procs:
-            proc.join(max(deadline - time.monotonic(), 0.1))
-            if proc.is_alive():
-                proc.kill()
-                proc.join(5.0)
-        for conn in self.conns:
-            conn.close()
-
-
-class _Closed:
-    """Stands in for the pipe and process of a rank that died."""
-
-    sentinel = None
-
-    def __getattr__(self, name):
-        raise AttributeError(name)
-
-    def is_alive(self) -> bool:
-        return False
-
-    def join(self, timeout=None) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-class _Threads:
-    """One thread per rank in this process, over the local transport."""
-
-    def __init__(self, world_size: int, timeout: float, links=None):
-        self.world = LocalWorld(world_size, timeout)
-        for comm in self.world.comms:
-            comm.links = links
-        self.addresses = [f"local:{rank}" for rank in range(world_size)]
-        self._reports: queue.SimpleQueue = queue.SimpleQueue()
-        self._router: _OutputRouter | None = None
-
-    def submit(self, run_id: int, fn, args, kwargs) -> None:
-        payload = ship(fn, args, kwargs)  # the same by-value semantics as processes
-        self._router = _OutputRouter.install()
-        for comm in self.world.comms:
-            comm.begin_run(run_id)  # before any thread starts: an abort that follows must not be undone
-        for comm in self.world.comms:
-            threading.Thread(target=self._run, args=(comm, run_id, payload), name=f"local-rank{comm.rank}",
-                             daemon=True).start()
-
-    def _run(self, comm, run_id, payload) -> None:
-        output = io.StringIO()
-        self._router.buffers[threading.get_ident()] = output
-        try:
-            self._reports.put(execute(comm, run_id, payload, output))
-        finally:
-            self._router.buffers.pop(threading.get_ident(), None)
-
-    def finish(self) -> None:
-        if self._router is not None:
-            self._router.uninstall()
-
-    def wait(self, timeout: float, run_id: int) -> list[Report]:
-        reports = []
-        try:
-            reports.append(self._reports.get(timeout=timeout))
-            while True:
-                reports.append(self._reports.get_nowait())
-        except queue.Empty:
-            pass
-        return [r for r in reports if r.run_id == run_id]
-
-    def abort(self, error: CollectiveError) -> None:
-        for comm in self.world.comms:
-            comm.abort(error)
-
-    def close(self) -> None:
-        self.abort(CollectiveAborted("the cluster was closed"))
-
-
-class _OutputRouter(io.TextIOBase):
-    """sys.stdout for thread ranks: each rank thread writes to its own buffer, others pass through."""
-
-    def __init__(self, fallback):
-        self.fallback, self.buffers = fallback, {}
-
-    @classmethod
-    def install(cls) -> _OutputRouter:
-        if not isinstance(sys.stdout, cls):
-            sys.stdout = cls(sys.stdout)
-        return sys.stdout
-
-    def uninstall(self) -> None:
-        if sys.stdout is self:
-            sys.stdout = self.fallback
-
-    def write(self, text: str) -> int:
-        return self.buffers.get(threading.get_ident(), self.fallback).write(text)
-
-    def flush(self) -> None:
-        self.fallback.flush()
 
 
 def _abort_error(report: Report) -> CollectiveError:

@@ -28,9 +28,10 @@ class Event:
         return self.t_end - self.t_start
 
     def __str__(self) -> str:
-        where = "whole" if self.chunk is None else (
-            f"chunk {self.chunk[0]}" if self.chunk[1] == self.chunk[0] + 1 else f"chunks {self.chunk[0]}-{self.chunk[1] - 1}")
-        return f"{self.tag:<15} step {self.step:>2} | rank {self.src} → {self.dst} | {where:<11} | {format_bytes(self.nbytes)}"
+        lo, hi = self.chunk or (0, 0)
+        where = "whole" if self.chunk is None else f"chunk {lo}" if hi == lo + 1 else f"chunks {lo}-{hi - 1}"
+        return (f"{self.tag:<15} step {self.step:>2} | rank {self.src} → {self.dst} | {where:<11} | "
+                f"{format_bytes(self.nbytes)}")
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..comm.base import check_array
-from . import naive, ring, tree, recursive  # noqa: F401, I001 - importing registers each algorithm, in this order
+# importing registers each algorithm; ALGORITHMS keeps this order (the lessons' order)
+from . import naive  # noqa: F401, I001
+from . import ring  # noqa: F401, I001
+from . import tree  # noqa: F401, I001
+from . import recursive  # noqa: F401, I001
 from .ops import ALGORITHMS, OPS, check_op, check_root
 
 __all__ = ["allreduce", "reduce", "broadcast", "reduce_scatter", "all_gather", "ALGORITHMS", "OPS"]

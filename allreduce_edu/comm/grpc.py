@@ -124,8 +124,9 @@ class PeerLink:
             reply = rank_pb2_grpc.RankStub(self.channel).Ping(pb.PingRequest(src=self.comm.rank),
                                                              metadata=md, timeout=timeout)
         except (grpc.FutureTimeoutError, grpc.RpcError) as e:
-            raise RankFailure(f"rank {self.comm.rank} cannot reach rank {self.dst} at {self.address}: "
-                              f"{getattr(e, 'details', lambda: e)()}", ranks=(self.dst,)) from None
+            why = e.details() if isinstance(e, grpc.RpcError) else f"no answer within {timeout:.0f} s"
+            raise RankFailure(f"rank {self.comm.rank} cannot reach rank {self.dst} at {self.address}: {why}",
+                              ranks=(self.dst,)) from None
         if (reply.rank, reply.world_size) != (self.dst, self.comm.world_size):
             raise RankFailure(f"{self.address} is rank {reply.rank} of {reply.world_size}, "
                               f"not rank {self.dst} of {self.comm.world_size}", ranks=(self.dst,))

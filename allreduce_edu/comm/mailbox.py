@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from time import perf_counter
 from collections import defaultdict, deque
 from dataclasses import dataclass
+from time import perf_counter
 
 import numpy as np
 
