@@ -26,9 +26,8 @@ class Source:
 
 
 def show_source(obj) -> Source:
-    """The source of a library function, class or module, with the file and line it lives at."""
+    """The source of a library function, class or module, with the file it lives in."""
     obj = inspect.unwrap(obj)
-    lines, first = inspect.getsourcelines(obj)
     path = inspect.getsourcefile(obj) or "?"
     package_path = path[path.rfind("allreduce_edu"):] if "allreduce_edu" in path else path
-    return Source("".join(lines).rstrip("\n"), f"{package_path}:{first}")
+    return Source(inspect.getsource(obj).rstrip("\n"), package_path)

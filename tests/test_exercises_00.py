@@ -54,5 +54,5 @@ def test_solutions_are_one_call_away(capsys):
 
 def test_show_source_shows_the_library_code():
     source = show_source(allreduce_edu.collectives.ring.reduce_scatter_ring)
-    assert repr(source).startswith("# allreduce_edu/collectives/ring.py:")
+    assert repr(source).startswith("# allreduce_edu/collectives/ring.py\n")
     assert "def reduce_scatter_ring" in repr(source) and "<span" in source._repr_html_()
