@@ -4,8 +4,9 @@ from .cluster import Cluster
 from .collectives import all_gather, allreduce, broadcast, reduce, reduce_scatter
 from .comm.errors import CollectiveError, CollectiveMismatch, CollectiveTimeout, RankFailure
 from .fused import reduce_layernorm_broadcast
+from .launch import init
 
 __version__ = "0.1.0"
 
-__all__ = ["Cluster", "allreduce", "reduce", "broadcast", "reduce_scatter", "all_gather", "reduce_layernorm_broadcast",
+__all__ = ["Cluster", "init", "allreduce", "reduce", "broadcast", "reduce_scatter", "all_gather", "reduce_layernorm_broadcast",
            "CollectiveError", "RankFailure", "CollectiveTimeout", "CollectiveMismatch"]

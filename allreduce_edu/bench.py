@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -56,21 +60,29 @@ def measure(comm, algorithms, sizes, dtype="float32", iters=20, warmup=5, budget
         for size in sizes:
             count = size // itemsize
             x = pattern(comm.rank, count, dtype)
+            run_once = _allreduce_for(comm, algorithm)
             t0 = time.perf_counter()
             for _ in range(warmup):
-                allreduce(comm, x, "sum", algorithm)
+                run_once(x)
             per_iter = allreduce(comm, np.array([(time.perf_counter() - t0) / max(warmup, 1)]), "max", "ring")[0]
             n = int(min(iters, max(3, budget // max(per_iter, 1e-9)))) if iters > 3 else iters
             comm.barrier()
             t0 = time.perf_counter()
             for _ in range(n):
-                y = allreduce(comm, x, "sum", algorithm)
+                y = run_once(x)
             seconds = (time.perf_counter() - t0) / n
             wrong = int(np.count_nonzero(y != expected(comm.world_size, count, dtype)))
             rows.append({"algorithm": algorithm, "world_size": comm.world_size, "bytes": count * itemsize,
                          "count": count, "dtype": np.dtype(dtype).name, "time_us": seconds * 1e6,
                          "wrong": wrong, "iters": n})
     return rows
+
+
+def _allreduce_for(comm, algorithm: str):
+    """Our algorithm by name, or the engine's own all-reduce when `algorithm` names the engine under `comm`."""
+    if algorithm == getattr(comm, "engine", None):  # "gloo" on a TorchCommunicator, "mpi" on an MPICommunicator
+        return comm.builtin_allreduce
+    return lambda x: allreduce(comm, x, "sum", algorithm)
 
 
 def pingpong(comm, sizes=(8, 1 << 10, 1 << 16, 1 << 20, 1 << 22), iters=20) -> list[tuple[int, float]]:
@@ -99,7 +111,11 @@ def run(cluster, algorithms, sizes, dtype="float32", iters=20, warmup=5) -> tupl
         p2p = {"alpha_us": points[0][1] * 1e6, "fit_alpha_us": alpha * 1e6,
                "bandwidth_gbps": points[-1][0] / points[-1][1] / 1e9,
                "fit_bandwidth_gbps": (1 / beta / 1e9) if beta else float("inf"), "points": points}
-    per_rank = cluster.run(measure, algorithms, sizes, dtype, iters, warmup)
+    return p2p, combine(cluster.run(measure, algorithms, sizes, dtype, iters, warmup))
+
+
+def combine(per_rank: list[list[dict]]) -> list[dict]:
+    """One row per (algorithm, size) from every rank's rows: the slowest rank's time, everyone's #wrong."""
     rows = []
     for by_rank in zip(*per_rank):
         row = dict(by_rank[0])
@@ -108,7 +124,51 @@ def run(cluster, algorithms, sizes, dtype="float32", iters=20, warmup=5) -> tupl
         row["algbw_gbps"] = row["bytes"] / (row["time_us"] * 1e-6) / 1e9
         row["busbw_gbps"] = row["algbw_gbps"] * bus_factor(row["world_size"])
         rows.append(row)
-    return p2p, rows
+    return rows
+
+
+def peer_rows(peer: str, world_size: int, sizes, dtype="float32", iters=20, warmup=5, timeout=1800.0) -> list[dict]:
+    """The engine's own all-reduce ("gloo": torch.distributed, "mpi": mpi4py) on `world_size` processes of
+    this machine, timed by `measure` as ours are; RuntimeError when the engine is missing or fails."""
+    spec = json.dumps({"sizes": list(sizes), "dtype": dtype, "iters": iters, "warmup": warmup})
+    with tempfile.TemporaryDirectory() as tmp:
+        entry = [sys.executable, "-m", "allreduce_edu.bench", peer, spec, tmp]
+        if peer == "mpi":
+            from .comm.mpi import mpirun_command
+            command = mpirun_command(world_size) + entry
+        elif peer == "gloo":
+            from .comm.torch_dist import require_torch
+            require_torch()
+            command = [sys.executable, "-m", "allreduce_edu.cli", "launch", "-n", str(world_size), *entry[1:]]
+        else:
+            raise ValueError(f"unknown peer {peer!r}; valid: gloo, mpi")
+        result = subprocess.run(command, check=False, capture_output=True, text=True, timeout=timeout)
+        files = sorted(Path(tmp).glob("rank*.json"))
+        if result.returncode or len(files) != world_size:
+            raise RuntimeError(f"its ranks failed (exit code {result.returncode}): {result.stderr.strip()[-1500:]}")
+        return combine([json.loads(f.read_text()) for f in files])
+
+
+def _peer_main(peer: str, spec: str, outdir: str) -> None:
+    """One engine rank (`python -m allreduce_edu.bench PEER SPEC DIR`, started by peer_rows)."""
+    if peer == "mpi":
+        from .comm.mpi import MPICommunicator
+        comm = MPICommunicator()
+    else:
+        from .comm.torch_dist import TorchCommunicator
+        comm = TorchCommunicator()
+    args = json.loads(spec)
+    rows = measure(comm, [peer], args["sizes"], args["dtype"], args["iters"], args["warmup"])
+    Path(outdir, f"rank{comm.rank:05d}.json").write_text(json.dumps(rows))
+    comm.close()
+
+
+def add_predictions(rows: list[dict], links) -> None:
+    """Put the α-β model's time on emulated `links` beside each row ("model_us"; None where it has no model)."""
+    from .collectives.hierarchical import predict
+    for r in rows:
+        seconds = predict(r["world_size"], r["bytes"], links, r["algorithm"])
+        r["model_us"] = None if seconds is None else seconds * 1e6
 
 
 def format_p2p(p2p: dict) -> str:
@@ -122,10 +182,14 @@ def format_table(rows: list[dict]) -> str:
     """The rows as nccl-tests prints them (one algorithm after another)."""
     head = (f"#{'size':>11} {'count':>11} {'type':>8} {'algorithm':>19} {'time':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>7}\n"
             f"#{'(B)':>11} {'(elements)':>11} {'':>8} {'':>19} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8} {'':>7}")
+    model = any("model_us" in r for r in rows)  # emulated links: the α-β model's time beside the measured one
+    if model:
+        head = "\n".join(f"{line} {unit:>10}" for line, unit in zip(head.split("\n"), ("model", "(us)")))
     lines = [head]
     for r in rows:
+        predicted = f" {r['model_us']:>10.1f}" if r.get("model_us") is not None else f" {'-':>10}" if model else ""
         lines.append(f" {r['bytes']:>11} {r['count']:>11} {r['dtype']:>8} {r['algorithm']:>19} {r['time_us']:>10.1f} "
-                     f"{r['algbw_gbps']:>8.3f} {r['busbw_gbps']:>8.3f} {r['wrong']:>7}")
+                     f"{r['algbw_gbps']:>8.3f} {r['busbw_gbps']:>8.3f} {r['wrong']:>7}{predicted}")
     return "\n".join(lines)
 
 
@@ -134,4 +198,8 @@ JSON_KEYS = ("algorithm", "world_size", "bytes", "count", "dtype", "time_us", "a
 
 def write_json(path, rows: list[dict]) -> None:
     with open(path, "w") as f:
-        json.dump([{k: r[k] for k in JSON_KEYS} for r in rows], f, indent=1)
+        json.dump([{k: r[k] for k in JSON_KEYS + ("model_us",) if k in r} for r in rows], f, indent=1)
+
+
+if __name__ == "__main__":
+    _peer_main(*sys.argv[1:])

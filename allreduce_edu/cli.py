@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from . import bench
+from . import bench, launch
 from .cluster import Cluster
 from .collectives import ALGORITHMS, allreduce
 from .trace import format_bytes
@@ -67,8 +67,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--dtype", default="float32", choices=("float32", "float64", "int32", "int64"))
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    p.add_argument("--peer", action="append", choices=("gloo", "mpi"), default=[],
+                   help="also time this engine's own all-reduce in the same run (extras [torch], [mpi])")
+    p.add_argument("--topology", metavar="NODESxRANKS", help="emulated cluster, e.g. 2x2: 2 nodes of 2 ranks (sets -n)")
+    p.add_argument("--intra-link", default="5us,10GB/s", help="with --topology: latency,bandwidth inside a node")
+    p.add_argument("--inter-link", default="2ms,50MB/s", help="with --topology: latency,bandwidth between nodes")
+
+    p = sub.add_parser("launch", help="run a script on N ranks, like torchrun (several machines: --nnodes, "
+                       "--node-rank, --rendezvous)")
+    launch.add_arguments(p)
 
     args = parser.parse_args(argv)
+    if args.command == "launch":
+        try:
+            return launch.run_from_args(args)
+        except ValueError as e:
+            parser.error(str(e))
     if args.command == "demo":
         return 0 if demo(args.world_size, args.count, transport=args.transport) else 1
     if args.op == "layernorm":
@@ -88,10 +102,28 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown algorithm(s) {', '.join(unknown)}; valid: {', '.join(ALGORITHMS)}")
     sizes = bench.sweep(bench.parse_size(args.minbytes), bench.parse_size(args.maxbytes), args.stepfactor)
-    with Cluster(args.world_size, transport=args.transport) as cluster:
+    links = None
+    if args.topology:
+        from .comm.links import Links, parse_topology
+        try:
+            nodes, per_node = parse_topology(args.topology)
+            links = Links.two_level(per_node, args.intra_link, args.inter_link)
+        except ValueError as e:
+            parser.error(str(e))
+        if args.peer:
+            parser.error("--peer times an engine's own network: it cannot cross the emulated --topology links")
+        args.world_size = nodes * per_node
+    with Cluster(args.world_size, transport=args.transport, links=links) as cluster:
         print(f"# allreduce-edu bench: {args.world_size} ranks over {args.transport}, dtype {args.dtype}, "
-              f"iters {args.iters}, warmup {args.warmup}", flush=True)
+              f"iters {args.iters}, warmup {args.warmup}" + (f"; emulated links: {links}" if links else ""), flush=True)
         p2p, rows = bench.run(cluster, algorithms, sizes, args.dtype, args.iters, args.warmup)
+    for peer in args.peer:  # the engine's own all-reduce, on as many processes, in this same run
+        try:
+            rows += bench.peer_rows(peer, args.world_size, sizes, args.dtype, args.iters, args.warmup)
+        except RuntimeError as e:
+            print(f"# {peer}: not measured: {e}", flush=True)
+    if links:
+        bench.add_predictions(rows, links)
     print(bench.format_p2p(p2p))
     print(bench.format_table(rows))
     if args.json:

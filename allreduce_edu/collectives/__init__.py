@@ -17,6 +17,7 @@ from . import naive  # noqa: F401, I001
 from . import ring  # noqa: F401, I001
 from . import tree  # noqa: F401, I001
 from . import recursive  # noqa: F401, I001
+from . import hierarchical  # noqa: F401, I001 - needs ring; nodes from comm.links (lessons/05)
 from .ops import ALGORITHMS, OPS, check_op, check_root
 
 __all__ = ["allreduce", "reduce", "broadcast", "reduce_scatter", "all_gather", "ALGORITHMS", "OPS"]

@@ -1,0 +1,139 @@
+"""Lesson 05 · choosing an algorithm: pick by the cost model, predict a crossover, explain float32 bits."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..bench import combine, measure
+from ..costmodel import predict
+from ._feedback import SOLUTIONS, Feedback, failed, passed, solution  # noqa: F401 - for the notebook
+
+#: the algorithms lesson 05 chooses among (lesson 04's four)
+CANDIDATES = ("ring", "tree", "recursive_doubling", "rabenseifner")
+
+SOLUTIONS["05.1"] = """def choose(nbytes, world_size, alpha, beta):
+    return min(["ring", "tree", "recursive_doubling", "rabenseifner"],
+               key=lambda algorithm: predict(algorithm, world_size, nbytes, alpha, beta))"""
+
+SOLUTIONS["05.2"] = """Both times are straight lines in S; set them equal and solve for S. On N = 8 ranks:
+    tree: 2·⌈log2 8⌉·(α + S·β) = 6α + 6·S·β
+    ring: 2·(8 − 1)·α + 2·(8 − 1)/8·S·β = 14α + 1.75·S·β
+    6α + 6Sβ = 14α + 1.75Sβ  →  S = 8α / (4.25β) ≈ 1.88·α/β
+With α = 10 µs and 1/β = 20 GB/s: α/β = 200,000 bytes, so S ≈ 376,000 bytes (≈ 367 KiB).
+crossover("tree", "ring", 8, alpha, beta) computes it."""
+
+SOLUTIONS["05.3"] = """a: floating-point addition is not associative. Each partial sum is rounded to float32, so
+(x0 + x1) + (x2 + x3) (the tree) and ((x1 + x2) + x3) + x0 (the ring, for chunk 0) round differently.
+Both are equally good approximations of the exact sum; neither loses data on the wire."""
+
+
+def crossover(a: str, b: str, world_size: int, alpha: float, beta: float, gamma: float = 0.0) -> float | None:
+    """The size in bytes where the model's times for algorithms `a` and `b` are equal (None: they never cross).
+
+    Every predicted time is a straight line c0 + c1·S in the size S, so the crossing is (c0_b − c0_a)/(c1_a − c1_b).
+    """
+    c0a, c0b = predict(a, world_size, 0, alpha, beta, gamma), predict(b, world_size, 0, alpha, beta, gamma)
+    c1a = predict(a, world_size, 1, alpha, beta, gamma) - c0a
+    c1b = predict(b, world_size, 1, alpha, beta, gamma) - c0b
+    if math.isclose(c1a, c1b, rel_tol=1e-12, abs_tol=0.0):
+        return None
+    size = (c0b - c0a) / (c1a - c1b)
+    return size if size > 0 else None
+
+
+def measure_rows(cluster, algorithms, sizes, dtype="float32", iters=20, warmup=5, budget=2.0) -> list[dict]:
+    """`bench.run`'s rows without its ping-pong (slow over emulated links): time, algbw, busbw per (algorithm, size)."""
+    return combine(cluster.run(measure, algorithms, sizes, dtype, iters, warmup, budget))
+
+
+def _grid():
+    """(nbytes, world_size, alpha, beta) points: 8 B … 1 GiB, 2 … 512 ranks, this laptop and a real cluster."""
+    sizes = [8 << (2 * k) for k in range(14)] + [3000, 100_000, 777_777, 5_000_000]
+    machines = [(300e-6, 1 / 1.0e9), (10e-6, 1 / 20e9), (2e-3, 1 / 50e6)]
+    for alpha, beta in machines:
+        for world_size in (2, 3, 4, 5, 8, 13, 16, 64, 512):
+            for nbytes in sorted(sizes):
+                yield nbytes, world_size, alpha, beta
+
+
+def _describe(alpha: float, beta: float) -> str:
+    return f"α = {alpha * 1e6:g} µs, 1/β = {1 / beta / 1e9:g} GB/s"
+
+
+def check_choose(choose) -> Feedback:
+    """Exercise 05.1: choose(nbytes, world_size, alpha, beta) names the algorithm the α-β model predicts fastest."""
+    for nbytes, n, alpha, beta in _grid():
+        times = {a: predict(a, n, nbytes, alpha, beta) for a in CANDIDATES}
+        best = min(times, key=times.get)
+        try:
+            got = choose(nbytes, n, alpha, beta)
+        except Exception as e:  # noqa: BLE001 - the learner's code: report, don't crash
+            return failed(f"choose({nbytes}, {n}, {alpha:g}, {beta:g}) raised {type(e).__name__}: {e}")
+        where = f"{nbytes:,} bytes on {n} ranks ({_describe(alpha, beta)})"
+        if got not in times:
+            return failed(f"for {where} you returned {got!r}; return one of {', '.join(CANDIDATES)}.")
+        if times[got] > times[best] * (1 + 1e-9):
+            hint = ("small messages are priced by α: count the steps" if nbytes <= 1024 else
+                    "large messages are priced by β: count the bytes along the way" if nbytes >= 1 << 24 else
+                    "near a crossover, compare the full formulas, not a fixed threshold")
+            return failed(f"at {where} you chose {got} (predicted {times[got] * 1e6:,.1f} µs) but {best} is predicted "
+                          f"{times[best] * 1e6:,.1f} µs — {hint}; use costmodel.predict for each candidate.")
+    return passed("your choice matched the model's fastest algorithm at every size from 8 B to 1 GiB, for 2 to "
+                  "512 ranks, on a laptop, a real cluster and a slow emulated link.")
+
+
+def check_crossover(nbytes: float, alpha: float = 10e-6, beta: float = 1 / 20e9, world_size: int = 8) -> Feedback:
+    """Exercise 05.2: above which size (bytes) does the model make the ring faster than the tree?"""
+    want = crossover("tree", "ring", world_size, alpha, beta)
+    ratio = alpha / beta
+    if not isinstance(nbytes, (int, float, np.integer, np.floating)) or not nbytes > 0:
+        return failed("answer with a positive number of bytes.")
+    if abs(nbytes - want) <= 0.05 * want:
+        return passed(f"{want:,.0f} bytes ({want / 1024:,.0f} KiB) = {want / ratio:.2f}·α/β: below it the tree's "
+                      f"fewer steps win, above it the ring's smaller messages.")
+    for unit, scale in (("KiB", 1024), ("kB", 1000), ("MiB", 1 << 20), ("MB", 1e6)):
+        if abs(nbytes * scale - want) <= 0.05 * want:
+            return failed(f"that looks like {unit}: the checker wants bytes ({nbytes:g} {unit} = {nbytes * scale:,.0f} B).")
+    if abs(nbytes - ratio) <= 0.05 * ratio:
+        return failed(f"α/β = {ratio:,.0f} bytes is where one message's α equals its bytes·β. The crossover also "
+                      f"depends on the step counts and bytes of each algorithm on {world_size} ranks: set the two "
+                      f"formulas equal and solve for S.")
+    log = (world_size - 1).bit_length()
+    wrong_tree = (2 * (world_size - 1) - log) * alpha / ((log - 2 * (world_size - 1) / world_size) * beta)
+    if abs(nbytes - wrong_tree) <= 0.05 * abs(wrong_tree):
+        return failed("the tree has two phases, reduce and broadcast: 2·⌈log2 N⌉ steps, each moving the whole buffer.")
+    return failed(f"off by a factor {nbytes / want:.2f}: tree = 2⌈log2 N⌉(α + Sβ), ring = 2(N−1)α + 2(N−1)/N·Sβ; "
+                  f"set them equal and solve for S.")
+
+
+def check_float_order_answer(choice: str) -> Feedback:
+    """Exercise 05.3: why do ring and tree give different float32 bits? (a, b, c or d)"""
+    choice = str(choice).strip().lower()
+    answers = {
+        "a": "",
+        "b": "no: every message arrives byte for byte (the wire carries raw bytes, and both results are within "
+             "rounding of the float64 sum). Look at the order of the additions.",
+        "c": "no: arrays travel as raw bytes, never as text; a round trip through text would be much further off.",
+        "d": "no: both add in float32, the input's dtype (NumPy's `+=` on float32 arrays). They add in different orders.",
+    }
+    if choice not in answers:
+        return failed("answer with 'a', 'b', 'c' or 'd'.")
+    if choice == "a":
+        return passed("rounding after every addition makes float addition non-associative: a different grouping "
+                      "gives different last bits, equally close to the exact sum.")
+    return failed(answers[choice])
+
+
+def measured_crossover(rows, a: str = "tree", b: str = "ring") -> tuple[int | None, int] | None:
+    """From measured rows: (the size below, the first size from which `b` stays faster than `a`).
+
+    The size below is None when `b` is faster at every measured size; the answer is None when `b` is not
+    faster at the largest size (no crossover in the range)."""
+    times = {(r["algorithm"], r["bytes"]): r["time_us"] for r in rows}
+    sizes = sorted({s for (name, s) in times if name == a} & {s for (name, s) in times if name == b})
+    for i, size in enumerate(sizes):
+        if all(times[b, s] < times[a, s] for s in sizes[i:]):
+            return (sizes[i - 1] if i > 0 else None, size)
+    return None

@@ -1,0 +1,75 @@
+"""Lesson 05's checkers: a right answer passes, typical wrong ones fail with a specific hint."""
+
+from __future__ import annotations
+
+import pytest
+
+from allreduce_edu.costmodel import predict
+from allreduce_edu.exercises.lesson05 import (
+    CANDIDATES,
+    check_choose,
+    check_crossover,
+    check_float_order_answer,
+    crossover,
+    measured_crossover,
+    solution,
+)
+
+ALPHA, BETA = 10e-6, 1 / 20e9
+
+
+def right(nbytes, world_size, alpha, beta):
+    return min(CANDIDATES, key=lambda algorithm: predict(algorithm, world_size, nbytes, alpha, beta))
+
+
+def always_ring(nbytes, world_size, alpha, beta):
+    return "ring"
+
+
+def fixed_threshold(nbytes, world_size, alpha, beta):
+    return "recursive_doubling" if nbytes < 64 << 10 else "rabenseifner"
+
+
+def misspelled(nbytes, world_size, alpha, beta):
+    return "Ring"
+
+
+def test_choose_checker():
+    assert check_choose(right)
+    assert "at 8 bytes on 2 ranks" in check_choose(always_ring).message
+    assert "count the steps" in check_choose(always_ring).message
+    feedback = check_choose(fixed_threshold)
+    assert not feedback and "you chose" in feedback.message and "fixed threshold" in feedback.message, feedback
+    assert "return one of" in check_choose(misspelled).message
+    assert "raised ZeroDivisionError" in check_choose(lambda *args: 1 / 0).message
+
+
+def test_crossover_is_where_the_lines_meet():
+    size = crossover("tree", "ring", 8, ALPHA, BETA)
+    assert size == pytest.approx(8 * ALPHA / (4.25 * BETA))
+    assert predict("tree", 8, size, ALPHA, BETA) == pytest.approx(predict("ring", 8, size, ALPHA, BETA))
+    assert crossover("ring", "rabenseifner", 2, ALPHA, BETA) is None  # identical lines never cross
+
+
+@pytest.mark.parametrize("answer, hint", [(376_470 / 1024, "KiB"), (ALPHA / BETA, "α/β"), (-5, "positive"),
+                                          (3 * 376_470, "factor")])
+def test_crossover_prediction(answer, hint):
+    assert check_crossover(376_470.6, ALPHA, BETA, 8)
+    feedback = check_crossover(answer, ALPHA, BETA, 8)
+    assert not feedback and hint in feedback.message, feedback
+
+
+def test_measured_crossover():
+    rows = [{"algorithm": a, "bytes": s, "time_us": t} for a, s, t in [
+        ("tree", 8, 1), ("ring", 8, 3), ("tree", 1024, 2), ("ring", 1024, 1), ("tree", 4096, 9), ("ring", 4096, 4)]]
+    assert measured_crossover(rows) == (8, 1024)
+    assert measured_crossover(rows, "ring", "tree") is None
+
+
+def test_float_order_answer(capsys):
+    assert check_float_order_answer("a")
+    assert "raw bytes" in check_float_order_answer("c").message
+    assert "float32" in check_float_order_answer("d").message
+    assert "'a', 'b', 'c' or 'd'" in check_float_order_answer("x").message
+    solution("05.2")
+    assert "8α / (4.25β)" in capsys.readouterr().out
