@@ -46,6 +46,7 @@ def predict(algorithm: str, world_size: int, nbytes: float, alpha: float, beta: 
         "recursive_doubling": math.log2(p) * (alpha + s * beta + s * gamma) + fold,
         "rabenseifner": 2 * math.log2(p) * alpha + 2 * (p - 1) / p * s * beta + (p - 1) / p * s * gamma + fold,
     }
+    costs["hierarchical"] = costs["ring"]  # on a flat network every rank is its own node: the ring
     if algorithm not in costs:
         raise ValueError(f"no cost model for {algorithm!r}; known: {', '.join(costs)}")
     return costs[algorithm]

@@ -167,17 +167,8 @@ def join(comm: GrpcCommunicator, where: str, deadline: float) -> list[str]:
 
 
 def shutdown(comm: GrpcCommunicator, timeout: float = 10.0) -> None:
-    """Close the rank at exit, after every message it sent has reached its peer (a plain close drops the last)."""
-    comm.closing = True
-    deadline = time.monotonic() + timeout
-    for link in comm._links.values():  # end each stream, then wait until its receiver has read all of it
-        link._outbox.put(None)
-    for link in comm._links.values():
-        try:
-            link._call.result(timeout=max(deadline - time.monotonic(), 0.01))
-        except Exception:  # noqa: BLE001, S110 - a peer that left first already read all it needed
-            pass
-    comm.close()
+    """Close the rank at exit, after every message it sent has reached its peer."""
+    comm.close(drain=timeout)
 
 
 def read_token() -> str:

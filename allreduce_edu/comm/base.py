@@ -75,9 +75,12 @@ class Communicator:
         array = check_array(array)
         chunk = (chunk, chunk + 1) if isinstance(chunk, (int, np.integer)) else (tuple(chunk) if chunk else None)
         msg = Message(self.rank, tag, array, self._epoch, self._current_id(), self._signature, step)
-        if self.links is not None:
+        t_start = time.perf_counter()
+        if self.links is not None:  # the emulated link's time is part of the send
             self.links.transmit(self.rank, dst, array.nbytes)
-        return self._post(dst, msg, chunk)
+        request = self._post(dst, msg, chunk)
+        request.t_start = t_start
+        return request
 
     def send(self, dst: int, array, tag: str, *, step: int = -1, chunk=None) -> None:
         """Send `array` to rank `dst`; returns once `dst` holds the data (eager, never matched by hand)."""

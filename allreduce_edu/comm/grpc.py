@@ -179,6 +179,17 @@ class PeerLink:
         for request in pending.values():
             request.finish(error)
 
+    def finish(self) -> None:
+        """End the stream: the receiver reads what is queued, then answers."""
+        self._outbox.put(None)
+
+    def drained(self, timeout: float) -> None:
+        """Wait until the receiver has read the whole stream (or gave up on it)."""
+        try:
+            self._call.result(timeout=timeout)
+        except Exception:  # noqa: BLE001 - a peer that left first already read all it needed
+            pass
+
     def close(self) -> None:
         self._outbox.put(None)
         self.channel.close()
@@ -241,8 +252,14 @@ class GrpcCommunicator(Communicator):
         for link in self._links.values():
             link.fail(error, forever=False)
 
-    def close(self) -> None:
+    def close(self, drain: float = 5.0) -> None:
+        """End every stream, wait up to `drain` seconds until peers have read what was sent, then stop serving."""
         self.closing = True
+        deadline = time.monotonic() + drain
+        for link in self._links.values():
+            link.finish()
+        for link in self._links.values():
+            link.drained(max(deadline - time.monotonic(), 0.01))
         for link in self._links.values():
             link.close()
         self._server.stop(grace=0.2).wait(2)
