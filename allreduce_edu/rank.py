@@ -76,6 +76,8 @@ LOG = DeferredLog()
 def main(rank: int, world_size: int, token: str, host: str, timeout: float, conn, tls=None, links=None) -> None:
     """Entry point of a spawned rank (multiprocessing target)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # "interrupt kernel" signals the whole group: the Cluster handles it
+    # ranks share this machine's cores: give each rank's Numba kernels its share, not all of them
+    os.environ.setdefault("NUMBA_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world_size)))
     logger = logging.getLogger("allreduce_edu")
     logger.addHandler(LOG)
     logger.propagate = False  # never to the inherited stderr: in Jupyter it would land in whichever cell runs
