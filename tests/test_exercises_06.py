@@ -1,0 +1,115 @@
+"""Lesson 06's checkers: a right answer passes, typical wrong ones fail with a specific hint."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from allreduce_edu.exercises._feedback import SOLUTIONS
+from allreduce_edu.exercises.lesson06 import (
+    check_ceiling,
+    check_nogil_answer,
+    check_variance,
+    median_seconds,
+)
+
+
+def two_pass(row):
+    mean = row.sum(dtype=np.float64) / len(row)
+    return float(((row - mean) ** 2).sum(dtype=np.float64) / len(row))
+
+
+def two_pass_float32(row):  # stays in the row's dtype: still stable
+    return (row - row.mean()) ** 2 @ np.ones(len(row), row.dtype) / len(row)
+
+
+def welford(row):
+    mean, m2 = 0.0, 0.0
+    for k, v in enumerate(row, start=1):
+        d = v - mean
+        mean += d / k
+        m2 += d * (v - mean)
+    return m2 / len(row)
+
+
+def one_pass_float32(row):
+    return np.mean(row * row) - np.mean(row) ** 2
+
+
+def one_pass_loop(row):  # running float32 sums, as a plain loop keeps them
+    s = q = np.float32(0)
+    for v in row:
+        s += v
+        q += v * v
+    n = len(row)
+    return q / n - (s / n) ** 2
+
+
+def one_pass_float64(row):
+    x = row.astype(np.float64)
+    return np.mean(x * x) - np.mean(x) ** 2
+
+
+@pytest.mark.parametrize("fn", [two_pass, two_pass_float32, welford, np.var])
+def test_stable_variances_pass(fn):
+    feedback = check_variance(fn)
+    assert feedback, feedback
+
+
+@pytest.mark.parametrize("fn, words", [
+    (one_pass_float32, ["E[x²] − E[x]²", "1e3 + unit noise", "right on a row with mean 0", "two passes"]),
+    (one_pass_loop, ["E[x²] − E[x]²", "cancellation"]),
+    (one_pass_float64, ["1e9", "float64 only moves the offset", "Welford"]),
+    (np.std, ["standard deviation", "square root"]),
+    (lambda row: np.var(row, ddof=1), ["sample variance", "divide by n = 100"]),
+    (lambda row: np.mean(row.astype(np.float64) ** 2), ["E[x²], the mean of the squares"]),
+    (lambda row: np.var(row.astype(np.float32).astype(np.float64)), ["rounded to float32", "own dtype"]),
+    (lambda row: (row - row.mean()) ** 2, ["return one number"]),
+    (lambda row: row.variance(), ["raised AttributeError"]),
+])
+def test_wrong_variances_get_specific_hints(fn, words):
+    feedback = check_variance(fn)
+    assert not feedback
+    for word in words:
+        assert word in feedback.message, feedback
+
+
+@pytest.mark.parametrize("factor, hint", [(0.5, "writes its output"), (2.0, "in cache"), (1.5, "add_layernorm"),
+                                          (1e3, "milliseconds"), (1e6, "microseconds"), (8.0, "bits"),
+                                          (0.25, "elements, not bytes"), (2**30 / 1e9, "GiB"), (3.3, "factor 3.30")])
+def test_ceiling(factor, hint):
+    right = 2 * 8192 * 4096 * 4 / 20e9
+    assert check_ceiling(right, 20.0)
+    assert check_ceiling(right * 1.02, 20.0)
+    feedback = check_ceiling(right * factor, 20.0)
+    assert not feedback and hint in feedback.message, feedback
+
+
+def test_ceiling_rejects_non_numbers():
+    assert "number of seconds" in check_ceiling("fast", 20.0).message
+    assert "positive" in check_ceiling(-1, 20.0).message
+
+
+def test_nogil_answer():
+    assert check_nogil_answer("a")
+    assert "same process" in check_nogil_answer("b").message
+    assert "mailbox" in check_nogil_answer("c").message
+    assert "GPU" in check_nogil_answer("d").message
+    assert "'a', 'b', 'c' or 'd'" in check_nogil_answer("x").message
+
+
+def test_median_seconds_runs_the_call_repeat_plus_one_times():
+    calls = []
+    assert median_seconds(lambda: calls.append(1), repeat=3) >= 0
+    assert len(calls) == 4
+
+
+def test_solutions_are_registered_and_the_variance_solutions_pass():
+    for key in ("06.1", "06.2", "06.3"):
+        assert key in SOLUTIONS
+    text = SOLUTIONS["06.1"]
+    first, second = text.index("def my_variance"), text.rindex("def my_variance")
+    for source in (text[first:text.index("Or Welford")], text[second:]):
+        namespace = {"np": np}
+        exec(source, namespace)  # noqa: S102 - our own solution text
+        assert check_variance(namespace["my_variance"])
