@@ -1,7 +1,7 @@
 """Checkers for the lessons' exercises: they run your answer (on real ranks when it is a collective)
-and reply with the first concrete thing that is wrong, and a hint. `solution("00.1")` shows an answer.
+and reply with the first concrete thing that is wrong, and a hint. `solution("03.1")` shows an answer.
 
-One module per lesson (lesson00.py, lesson03.py, ...); every checker is importable from here.
+One module per lesson: `from allreduce_edu.exercises.lesson03 import check_ring_allreduce`.
 """
 
 from ._feedback import Feedback, solution

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 
 SOLUTIONS: dict[str, str] = {}  # "03.1" -> the solution's text; each lesson module adds its own
@@ -31,6 +32,11 @@ def failed(message: str) -> Feedback:
 
 def solution(exercise: str) -> None:
     """Print the solution of an exercise, e.g. solution("03.1")."""
+    if exercise not in SOLUTIONS and exercise[:2].isdigit():  # its lesson's module registers it on import
+        try:
+            importlib.import_module(f"allreduce_edu.exercises.lesson{exercise[:2]}")
+        except ImportError:
+            pass
     if exercise not in SOLUTIONS:
         raise KeyError(f"no exercise {exercise!r}; known: {', '.join(sorted(SOLUTIONS))}")
     print(SOLUTIONS[exercise])
