@@ -25,14 +25,15 @@ GUARD_HINT = ("Rank processes are started with 'spawn', which re-imports your sc
 def ship(fn, args, kwargs) -> bytes:
     """Pickle a call for the ranks. Functions from notebooks, scripts, tests and modules beside them go
     by value (a rank may not be able to import them); installed packages go by reference."""
-    module = sys.modules.get(getattr(fn, "__module__", None) or "")
-    by_value = module is not None and module.__name__ not in ("__main__", "builtins") and _is_local(module)
-    if by_value:
+    callables = [fn] + [a for a in (*args, *kwargs.values()) if callable(a)]  # e.g. a learner's fn as an argument
+    modules = {sys.modules.get(getattr(f, "__module__", None) or "") for f in callables}
+    local = [m for m in modules if m is not None and m.__name__ not in ("__main__", "builtins") and _is_local(m)]
+    for module in local:
         cloudpickle.register_pickle_by_value(module)
     try:
         return cloudpickle.dumps((fn, args, kwargs))
     finally:
-        if by_value:
+        for module in local:
             cloudpickle.unregister_pickle_by_value(module)
 
 

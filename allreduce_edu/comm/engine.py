@@ -1,4 +1,4 @@
-"""Our Communicator over another engine's point-to-point (MPI, torch.distributed). Introduced in lessons/08.
+"""Our Communicator over another engine's point-to-point (MPI, torch.distributed). Introduced in lessons/09.
 
 Engines match a message by (src, integer tag), first in first out, and cannot say how big it is
 before it arrives. So each message travels as two: a fixed-size int64 header (tag check, collective,

@@ -1,4 +1,4 @@
-"""MPI as a transport: the package's algorithms over mpi4py's Isend/Irecv (extra `[mpi]`). Lesson 08.
+"""MPI as a transport: the package's algorithms over mpi4py's Isend/Irecv (extra `[mpi]`). Lesson 09.
 
     # mpirun -n 4 python script.py
     comm = MPICommunicator()                      # MPI.COMM_WORLD

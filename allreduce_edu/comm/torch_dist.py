@@ -1,4 +1,4 @@
-"""torch.distributed (gloo, CPU) as a transport: our algorithms over its isend/irecv (extra `[torch]`). Lesson 08.
+"""torch.distributed (gloo, CPU) as a transport: our algorithms over its isend/irecv (extra `[torch]`). Lesson 09.
 
     # allreduce-edu launch -n 4 script.py   (or torchrun: both set RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
     comm = TorchCommunicator()                    # joins the default process group, starting it if needed
