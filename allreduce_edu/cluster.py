@@ -100,7 +100,11 @@ class Cluster:
             raise RankFailure(f"rank(s) {sorted(self._dead)} died in an earlier run; call cluster.restart() "
                               f"for a full world of {self.world_size}", ranks=tuple(sorted(self._dead)))
         self._run_id += 1
-        self._world.submit(self._run_id, fn, args, kwargs)
+        try:
+            self._world.submit(self._run_id, fn, args, kwargs)
+        except RankFailure as e:
+            self._dead.update(e.ranks)
+            raise
         reports: dict[int, Report] = {}
         try:
             self._collect(reports)

@@ -133,9 +133,9 @@ def _run(comm, run_id: int, payload: bytes, send) -> None:
         report = execute(comm, run_id, payload, output)
     finally:
         sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
-    try:
-        send(("report", serialise_error(report)))
+    try:  # cloudpickle: results and errors of classes defined in a notebook come back too
+        send(("report", cloudpickle.dumps(serialise_error(report))))
     except Exception as e:  # noqa: BLE001 - e.g. a result that cannot be pickled
-        send(("report", Report(comm.rank, run_id, error=TypeError(
+        send(("report", cloudpickle.dumps(Report(comm.rank, run_id, error=TypeError(
             f"rank {comm.rank}: the function's result cannot be sent back to the caller: {e}"),
-            kind="error", output=report.output)))
+            kind="error", output=report.output))))

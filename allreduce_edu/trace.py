@@ -19,7 +19,7 @@ class Event:
     step: int  # step within the phase, -1 for a plain send
     nbytes: int
     t_start: float  # time.perf_counter() when the send began (one clock per machine)
-    t_end: float  # ... and when the receiver held the whole message
+    t_end: float  # ... and when it was on its way (copied out of the sender's array: sends are eager)
     chunk: tuple[int, int] | None = None  # display chunks [lo, hi) the payload covers; None = whole buffer
     collective: str = ""  # e.g. "allreduce/ring"
 

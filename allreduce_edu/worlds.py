@@ -95,8 +95,18 @@ class ProcessWorld:
 
     def submit(self, run_id: int, fn, args, kwargs) -> None:
         payload = ship(fn, args, kwargs)
+        self.check_alive()  # before any rank starts: a dead one would leave the others waiting on it
         for conn in self.conns:
             conn.send(("run", (run_id, run_id, payload)))
+
+    def check_alive(self) -> None:
+        """RankFailure naming the ranks that died since the last run (killed while idle, say)."""
+        dead = [rank for rank, proc in enumerate(self.procs) if not proc.is_alive()]
+        if dead:
+            how = ", ".join(f"rank {r} (exit code {self.procs[r].exitcode})" for r in dead
+                            if not isinstance(self.procs[r], _Closed))
+            raise RankFailure(f"{how or 'ranks ' + str(dead)} died while idle; call cluster.restart() for a "
+                              f"full world", ranks=tuple(dead))
 
     def wait(self, timeout: float, run_id: int) -> list[Report]:
         """Reports that arrived within `timeout`, plus a "died" report for each rank that exited."""
@@ -108,9 +118,10 @@ class ProcessWorld:
             conn = self.conns[rank]
             if conn in ready:
                 try:
-                    kind, report = conn.recv()
+                    kind, body = conn.recv()
                 except (EOFError, OSError):
                     continue
+                report = cloudpickle.loads(body)
                 if report.run_id == run_id:
                     reports.append(report)
         for rank in live:

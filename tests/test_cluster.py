@@ -218,3 +218,66 @@ def test_aborted_is_a_collective_error():
     assert issubclass(CollectiveAborted, ae.CollectiveError)
     for cls in (ae.RankFailure, ae.CollectiveTimeout, ae.CollectiveMismatch):
         assert issubclass(cls, ae.CollectiveError)
+
+
+def _bad_tag(comm, tag, step):
+    if comm.rank == 0:
+        comm.send(1, np.ones(2), tag, step=step)
+
+
+@pytest.mark.parametrize("tag, step, error", [(7, -1, TypeError), ("ok", 1 << 20, ValueError)])
+def test_a_bad_tag_or_step_is_refused_before_sending_and_the_link_survives(transport, tag, step, error):
+    cluster = cluster_for(transport, 2)
+    with pytest.raises(error, match="rank 0"):
+        cluster.run(_bad_tag, tag, step)
+    assert [r[0] for r in cluster.run(_whoami, "link still fine")] == [0, 1]
+
+
+def _threads_send_at_once(comm, threads, count):
+    import threading
+    if comm.rank == 0:
+        def sender(t):
+            for i in range(count):
+                comm.send(1, np.array([t, i]), f"thread{t}")
+        workers = [threading.Thread(target=sender, args=(t,)) for t in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        return None
+    return [[comm.recv(0, f"thread{t}")[1] for _ in range(count)] for t in range(threads)]
+
+
+def test_sends_from_several_threads_arrive_in_order():
+    received = cluster_for("grpc", 2).run(_threads_send_at_once, 6, 300)[1]
+    assert received == [list(range(300))] * 6
+
+
+class ChunkError(Exception):
+    """An exception class of the learner's own, defined beside their code."""
+
+
+def _raises_own_class(comm):
+    if comm.rank == 1:
+        raise ChunkError("chunk 3 is missing")
+    return comm.rank
+
+
+def test_an_exception_of_the_learners_own_class_comes_back_whole(transport):
+    with pytest.raises(Exception, match="chunk 3 is missing") as info:
+        cluster_for(transport, 2).run(_raises_own_class)
+    assert type(info.value).__name__ == "ChunkError"
+
+
+def test_a_rank_killed_while_idle_is_named_at_the_next_run(no_leftover_processes):
+    with ae.Cluster(3) as cluster:
+        pid = cluster.run(_whoami, "hi")[2][2]
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
+        with pytest.raises(ae.RankFailure, match=r"rank 2 \(exit code -9\) died while idle") as info:
+            cluster.run(_whoami, "anyone?")
+        assert info.value.ranks == (2,)
+        with pytest.raises(ae.RankFailure, match="restart"):
+            cluster.run(_whoami, "still?")
+        cluster.restart()
+        assert len(cluster.run(_whoami, "back")) == 3

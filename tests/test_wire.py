@@ -61,7 +61,9 @@ def _header(**changes) -> pb.Header:
     ({"src": 1}, "src=1"),
     ({"dtype": "object"}, "'object' is not allowed"),
     ({"nbytes": 31}, "nbytes=31"),
-    ({"shape": [1 << 40], "nbytes": 8 << 40}, "limit"),
+    ({"shape": [1 << 29], "nbytes": 8 << 29}, "limit"),
+    ({"shape": [1 << 40], "nbytes": 8 << 40}, "bad shape"),
+    ({"shape": [1 << 62, 1 << 62, 0], "nbytes": 0}, "bad shape"),  # empty, yet too big for np.empty
     ({"shape": [-1], "nbytes": 8}, "bad shape"),
     ({"offset": 30, "length": 8}, "outside"),
     ({"step": 1 << 30}, "out of range"),

@@ -26,7 +26,11 @@ def check_array(array, what: str = "array") -> np.ndarray:
 
 
 class Request:
-    """A send in flight (as MPI's `Isend` returns): `wait()` returns once the peer holds the data."""
+    """A send in flight (as MPI's `Isend` returns): `wait()` returns once the data is on its way.
+
+    Sends are eager, like MPI's for small messages: the data has been copied out of your array (into
+    the peer's mailbox, or into the gRPC stream), so you may reuse the array; the peer may not hold it yet.
+    """
 
     def __init__(self, comm: Communicator, dst: int, tag: str, nbytes: int, step: int, chunk):
         self._comm, self._done = comm, False
@@ -72,6 +76,10 @@ class Communicator:
     def isend(self, dst: int, array, tag: str, *, step: int = -1, chunk=None) -> Request:
         """Start sending `array` to rank `dst`; returns a Request to `wait()` on."""
         self._check_peer(dst, "dst")
+        if not isinstance(tag, str):
+            raise TypeError(f"rank {self.rank}: tag must be a string, got {tag!r}")
+        if not -1 <= step < 1 << 20:
+            raise ValueError(f"rank {self.rank}: step={step} is out of range (-1 for none, else 0 .. 2^20-1)")
         array = check_array(array)
         chunk = (chunk, chunk + 1) if isinstance(chunk, (int, np.integer)) else (tuple(chunk) if chunk else None)
         msg = Message(self.rank, tag, array, self._epoch, self._current_id(), self._signature, step)
@@ -83,7 +91,7 @@ class Communicator:
         return request
 
     def send(self, dst: int, array, tag: str, *, step: int = -1, chunk=None) -> None:
-        """Send `array` to rank `dst`; returns once `dst` holds the data (eager, never matched by hand)."""
+        """Send `array` to rank `dst`; returns once the data is on its way (eager: your array is free again)."""
         self.isend(dst, array, tag, step=step, chunk=chunk).wait()
 
     def recv(self, src: int, tag: str, timeout: float | None = None) -> np.ndarray:

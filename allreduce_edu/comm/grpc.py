@@ -68,7 +68,7 @@ class TokenInterceptor(grpc.ServerInterceptor):
         given = dict(details.invocation_metadata).get(TOKEN_KEY, "")
         if hmac.compare_digest(given.encode() if isinstance(given, str) else given, self._token):
             return continuation(details)
-        if details.method not in self._warned:  # log once per method, not once per attack
+        if details.method not in self._warned and len(self._warned) < 16:  # once per method, a few methods
             self._warned.add(details.method)
             log.warning("refused a call to %s without the cluster token", details.method)
         return _REFUSE
@@ -141,7 +141,7 @@ class PeerLink:
                 raise self._error
             self._seq += 1
             self._pending[self._seq] = request
-        self._outbox.put((msg, self._seq))
+            self._outbox.put((msg, self._seq))  # under the lock: threads sending at once keep seq order
 
     def _frames(self):
         """The request stream: encode each message as gRPC asks for more (so gRPC's flow control holds senders back)."""
@@ -239,6 +239,9 @@ class GrpcCommunicator(Communicator):
 
     def _post(self, dst: int, msg: Message, chunk) -> Request:
         request = GrpcRequest(self, dst, msg.tag, msg.array.nbytes, msg.step, chunk)
+        if msg.array.nbytes > self.max_message_bytes:
+            raise ValueError(f"rank {self.rank}: a {msg.array.nbytes}-byte message is over this cluster's "
+                             f"limit of {self.max_message_bytes} bytes; send it in pieces")
         if dst == self.rank:  # to itself: straight into the mailbox
             msg.array = msg.array.copy()
             self._mailbox.deliver(msg)

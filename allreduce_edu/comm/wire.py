@@ -94,7 +94,7 @@ def check_header(h: pb.Header, world_size: int, src: int, max_bytes: int = MAX_M
         raise WireError(f"header says src={h.src} on rank {src}'s stream")
     if h.dtype not in WIRE_DTYPES:
         raise WireError(f"dtype {h.dtype!r} is not allowed on the wire")
-    if len(h.shape) > MAX_DIMS or any(d < 0 for d in h.shape):
+    if len(h.shape) > MAX_DIMS or any(d < 0 or d > max_bytes for d in h.shape):
         raise WireError(f"bad shape {tuple(h.shape)}")
     expected = np.dtype(h.dtype).itemsize * math.prod(h.shape)
     if h.nbytes != expected or expected > max_bytes:
