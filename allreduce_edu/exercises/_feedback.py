@@ -30,6 +30,15 @@ def failed(message: str) -> Feedback:
     return Feedback(False, message)
 
 
+def multiple_choice(choice, hints: dict[str, str], right: str, success: str) -> Feedback:
+    """A multiple-choice answer: `right` passes with `success`; every other letter fails with its own hint."""
+    choice = str(choice).strip().lower()
+    if choice not in hints:
+        letters = [repr(letter) for letter in sorted(hints)]
+        return failed(f"answer with {', '.join(letters[:-1])} or {letters[-1]}.")
+    return passed(success) if choice == right else failed(hints[choice])
+
+
 def solution(exercise: str) -> None:
     """Print the solution of an exercise, e.g. solution("03.1")."""
     if exercise not in SOLUTIONS and exercise[:2].isdigit():  # its lesson's module registers it on import

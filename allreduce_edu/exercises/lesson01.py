@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..cluster import Cluster
-from ._feedback import SOLUTIONS, Feedback, failed, passed, solution  # noqa: F401 - for the notebook
+from ._feedback import SOLUTIONS, Feedback, failed, multiple_choice, passed, solution  # noqa: F401 - for the notebook
 
 SOLUTIONS["01.1"] = """The model says t(n) = α + n·β. With n = 64 MiB = 67108864 bytes:
     predicted = alpha + 67108864 * beta      # seconds
@@ -63,15 +63,11 @@ def check_echo(fn) -> Feedback:
 
 def check_small_message_answer(choice: str) -> Feedback:
     """Exercise 01.3: why does an 8-byte message take as long as a 1 KiB one? (a, b or c)"""
-    choice = str(choice).strip().lower()
     answers = {
         "a": "no: 1 KiB at ~1 GB/s takes about 1 µs, far below what you measured. Look at the y-intercept.",
         "b": "",
         "c": "no: the data is copied once or twice, but copying 1 KiB takes well under a microsecond.",
     }
-    if choice not in answers:
-        return failed("answer with 'a', 'b' or 'c'.")
-    if choice == "b":
-        return passed("the fixed per-message cost α dominates small messages; bandwidth only matters once "
-                      "n·β approaches α (here around tens to hundreds of KiB).")
-    return failed(answers[choice])
+    success = ("the fixed per-message cost α dominates small messages; bandwidth only matters once "
+               "n·β approaches α (here around tens to hundreds of KiB).")
+    return multiple_choice(choice, answers, right="b", success=success)

@@ -16,7 +16,7 @@ import numpy as np
 from ..cluster import Cluster
 from ..comm.errors import CollectiveTimeout
 from ..worlds import ship
-from ._feedback import SOLUTIONS, Feedback, failed, passed, solution  # noqa: F401 - for the notebook
+from ._feedback import SOLUTIONS, Feedback, failed, multiple_choice, passed, solution  # noqa: F401 - for the notebook
 
 SOLUTIONS["02.1"] = """def my_naive_allreduce(comm, x):
     if comm.rank != 0:
@@ -337,7 +337,6 @@ def check_root_bytes(sent, received, world_size: int = 8, nbytes: int = 1 << 20)
 
 def check_bottleneck_answer(choice: str) -> Feedback:
     """Exercise 02.3: why is the root the bottleneck of the naive all-reduce? (a, b or c)"""
-    choice = str(choice).strip().lower()
     answers = {
         "a": "",
         "b": ("no: adding (N−1)·S bytes runs at memory speed (several GB/s) and is a small part of the time. "
@@ -345,10 +344,7 @@ def check_bottleneck_answer(choice: str) -> Feedback:
         "c": ("no: make any rank the root and it becomes the slow one. The imbalance is in the algorithm — "
               "the trace shows the root moving N−1 times the bytes of any other rank."),
     }
-    if choice not in answers:
-        return failed("answer with 'a', 'b' or 'c'.")
-    if choice != "a":
-        return failed(answers[choice])
-    return passed("every byte of every rank passes through the root's one link, (N−1)·S in and (N−1)·S out, "
-                  "while the other links carry S each way and sit idle most of the time. More ranks, "
-                  "longer queue at the root: the time grows with N.")
+    success = ("every byte of every rank passes through the root's one link, (N−1)·S in and (N−1)·S out, "
+               "while the other links carry S each way and sit idle most of the time. More ranks, "
+               "longer queue at the root: the time grows with N.")
+    return multiple_choice(choice, answers, right="a", success=success)

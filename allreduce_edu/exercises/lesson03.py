@@ -14,7 +14,7 @@ import numpy as np
 
 from ..cluster import Cluster
 from ..comm.errors import CollectiveTimeout
-from ._feedback import SOLUTIONS, Feedback, failed, passed, solution  # noqa: F401 - for the notebook
+from ._feedback import SOLUTIONS, Feedback, failed, multiple_choice, passed, solution  # noqa: F401 - for the notebook
 from .lesson02 import _result_problem, ranks_text, run_learner
 
 SOLUTIONS["03.0"] = """Rank 2. In reduce-scatter step s, rank r sends chunk (r - s - 1) % N to the right. Chunk 2 starts on
@@ -334,7 +334,6 @@ def _timed_runs(comm, fn, count: int, reps: int) -> list[float]:
 
 def check_busbw_answer(choice: str) -> Feedback:
     """Exercise 03.4: why busbw should not depend on N, and why here it does (a, b or c)."""
-    choice = str(choice).strip().lower()
     answers = {
         "a": ("no: a ring's step count does grow with N, but that costs latency (2(N−1)·α), which matters for small "
               "messages. busbw is about big ones, where each rank's bytes, 2(N−1)/N·S, barely change with N."),
@@ -342,10 +341,7 @@ def check_busbw_answer(choice: str) -> Feedback:
               "with more of them. Look at what all the ranks share on this machine."),
         "c": "",
     }
-    if choice not in answers:
-        return failed("answer with 'a', 'b' or 'c'.")
-    if choice != "c":
-        return failed(answers[choice])
-    return passed("busbw = algbw · 2(N−1)/N measures what each rank's link carries, which is the same for any N on "
-                  "a real network. Here the ranks share 2 CPU cores and gRPC spends CPU on every byte, so each "
-                  "added rank takes CPU from the others.")
+    success = ("busbw = algbw · 2(N−1)/N measures what each rank's link carries, which is the same for any N on "
+               "a real network. Here the ranks share 2 CPU cores and gRPC spends CPU on every byte, so each "
+               "added rank takes CPU from the others.")
+    return multiple_choice(choice, answers, right="c", success=success)

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..cluster import Cluster
 from ..collectives import allreduce
-from ._feedback import SOLUTIONS, Feedback, failed, passed, solution  # noqa: F401 - for the notebook
+from ._feedback import SOLUTIONS, Feedback, failed, multiple_choice, passed, solution  # noqa: F401 - for the notebook
 
 SOLUTIONS["04.1"] = """def my_tree_reduce(comm, x):
     acc = np.array(x, copy=True)
@@ -173,7 +173,6 @@ def check_step_prediction(tree: int, recursive_doubling: int, world_size: int = 
 
 def check_crossover_answer(choice: str) -> Feedback:
     """Exercise 04.3: why does the tree beat the ring at 8 bytes but lose at 64 MiB? (a, b, c or d)"""
-    choice = str(choice).strip().lower()
     answers = {
         "a": "",
         "b": "no: nothing is compressed here, and the tree sends the same number of messages at every size. "
@@ -183,12 +182,9 @@ def check_crossover_answer(choice: str) -> Feedback:
         "d": "no: at 8 bytes the ring's N − 1 steps are all latency (α) — more steps means slower, not more "
              "parallel. Compare the step counts and the bytes per step.",
     }
-    if choice not in answers:
-        return failed("answer with 'a', 'b', 'c' or 'd'.")
-    if choice == "a":
-        return passed("small messages are priced by α per step (the tree has fewer steps); large ones by bytes per "
-                      "step (the tree moves the whole buffer every step, the ring a 1/N chunk).")
-    return failed(answers[choice])
+    success = ("small messages are priced by α per step (the tree has fewer steps); large ones by bytes per "
+               "step (the tree moves the whole buffer every step, the ring a 1/N chunk).")
+    return multiple_choice(choice, answers, right="a", success=success)
 
 
 def bytes_per_step(trace) -> dict[tuple[str, int], int]:

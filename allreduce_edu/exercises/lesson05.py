@@ -8,7 +8,7 @@ import numpy as np
 
 from ..bench import combine, measure
 from ..costmodel import predict
-from ._feedback import SOLUTIONS, Feedback, failed, passed, solution  # noqa: F401 - for the notebook
+from ._feedback import SOLUTIONS, Feedback, failed, multiple_choice, passed, solution  # noqa: F401 - for the notebook
 
 #: the algorithms lesson 05 chooses among (lesson 04's four)
 CANDIDATES = ("ring", "tree", "recursive_doubling", "rabenseifner")
@@ -110,7 +110,6 @@ def check_crossover(nbytes: float, alpha: float = 10e-6, beta: float = 1 / 20e9,
 
 def check_float_order_answer(choice: str) -> Feedback:
     """Exercise 05.3: why do ring and tree give different float32 bits? (a, b, c or d)"""
-    choice = str(choice).strip().lower()
     answers = {
         "a": "",
         "b": "no: every message arrives byte for byte (the wire carries raw bytes, and both results are within "
@@ -118,12 +117,9 @@ def check_float_order_answer(choice: str) -> Feedback:
         "c": "no: arrays travel as raw bytes, never as text; a round trip through text would be much further off.",
         "d": "no: both add in float32, the input's dtype (NumPy's `+=` on float32 arrays). They add in different orders.",
     }
-    if choice not in answers:
-        return failed("answer with 'a', 'b', 'c' or 'd'.")
-    if choice == "a":
-        return passed("rounding after every addition makes float addition non-associative: a different grouping "
-                      "gives different last bits, equally close to the exact sum.")
-    return failed(answers[choice])
+    success = ("rounding after every addition makes float addition non-associative: a different grouping "
+               "gives different last bits, equally close to the exact sum.")
+    return multiple_choice(choice, answers, right="a", success=success)
 
 
 def measured_crossover(rows, a: str = "tree", b: str = "ring") -> tuple[int | None, int] | None:

@@ -12,7 +12,7 @@ import timeit
 
 import numpy as np
 
-from ._feedback import SOLUTIONS, Feedback, failed, passed, solution  # noqa: F401 - for the notebook
+from ._feedback import SOLUTIONS, Feedback, failed, multiple_choice, passed, solution  # noqa: F401 - for the notebook
 
 SOLUTIONS["06.1"] = """Two passes: first the mean, then the mean of the squared distances from it. The distances are small,
 so nothing large cancels:
@@ -155,7 +155,6 @@ def check_ceiling(seconds, copy_gbps: float, rows: int = 8192, hidden: int = 409
 
 def check_nogil_answer(choice: str) -> Feedback:
     """Exercise 06.3: why can a Numba kernel with nogil=True overlap with a rank's gRPC threads? (a, b, c or d)"""
-    choice = str(choice).strip().lower()
     answers = {
         "a": "",
         "b": "no: Numba runs the kernel in the calling thread of the same process, on the same memory (nothing is "
@@ -164,13 +163,10 @@ def check_nogil_answer(choice: str) -> Feedback:
              "by Python code, which needs the GIL. Remember experiment 1: beside the GIL-holding kernel, the Python work waited for the whole kernel.",
         "d": "no: there is no GPU here; Numba compiles for the CPU, and the kernel runs in the calling thread.",
     }
-    if choice not in answers:
-        return failed("answer with 'a', 'b', 'c' or 'd'.")
-    if choice == "a":
-        return passed("nogil=True releases the GIL for as long as the compiled code runs, so the rank's gRPC threads "
-                      "(Python code that moves frames into the mailbox) keep running on the other core. Without it, "
-                      "every Python thread of the process waits until the kernel returns.")
-    return failed(answers[choice])
+    success = ("nogil=True releases the GIL for as long as the compiled code runs, so the rank's gRPC threads "
+               "(Python code that moves frames into the mailbox) keep running on the other core. Without it, "
+               "every Python thread of the process waits until the kernel returns.")
+    return multiple_choice(choice, answers, right="a", success=success)
 
 
 def median_seconds(call, repeat: int = 5) -> float:

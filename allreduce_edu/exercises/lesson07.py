@@ -16,7 +16,7 @@ from .. import kernels
 from ..cluster import Cluster
 from ..reference import layernorm_reference
 from ..worlds import ship
-from ._feedback import SOLUTIONS, Feedback, failed, passed, solution  # noqa: F401 - for the notebook
+from ._feedback import SOLUTIONS, Feedback, failed, multiple_choice, passed, solution  # noqa: F401 - for the notebook
 from .lesson02 import _Spy, explain_error
 
 SOLUTIONS["07.1"] = """from allreduce_edu import kernels
@@ -253,7 +253,6 @@ def check_root_bytes(answer, world_size: int = 8, nbytes: int = 1 << 20) -> Feed
 
 def check_fusion_answer(choice: str) -> Feedback:
     """Exercise 07.3: why does fusing the norm into the reduce-scatter save memory passes? (a, b, c or d)"""
-    choice = str(choice).strip().lower()
     answers = {
         "a": "no: you counted them — fused, unfused and the ring all-reduce send exactly the same bytes, "
              "2(N−1)/N·S per rank. Fusion saves memory traffic and compute, not wire traffic.",
@@ -262,10 +261,7 @@ def check_fusion_answer(choice: str) -> Feedback:
              "either way. Think about where the summed row lives between the reduction and the norm.",
         "d": "no: there is no GPU here; Numba compiles for the CPU. The saving is in reads and writes of memory.",
     }
-    if choice not in answers:
-        return failed("answer with 'a', 'b', 'c' or 'd'.")
-    if choice == "b":
-        return passed("the fused kernel reads acc and incoming once, keeps the summed row in cache for the mean and "
-                      "the variance, and writes the normalised row once — the sum never makes a round trip through "
-                      "memory, and each rank touches 1/N of the rows.")
-    return failed(answers[choice])
+    success = ("the fused kernel reads acc and incoming once, keeps the summed row in cache for the mean and "
+               "the variance, and writes the normalised row once — the sum never makes a round trip through "
+               "memory, and each rank touches 1/N of the rows.")
+    return multiple_choice(choice, answers, right="b", success=success)

@@ -15,7 +15,7 @@ from ..training import (
     shard,
     train_single,
 )
-from ._feedback import SOLUTIONS, Feedback, failed, passed, solution  # noqa: F401 - for the notebook
+from ._feedback import SOLUTIONS, Feedback, failed, multiple_choice, passed, solution  # noqa: F401 - for the notebook
 
 SOLUTIONS["08.1"] = """def average_gradients(comm, grads):
     return [allreduce_edu.allreduce(comm, g, op="sum") / comm.world_size for g in grads]
@@ -154,7 +154,6 @@ def check_message_prediction(per_tensor, one_bucket, tensors: int = 10, world_si
 
 def check_bucketing_answer(choice: str) -> Feedback:
     """Exercise 08.3: why does bucketing help small tensors but not big ones? (a, b, c or d)"""
-    choice = str(choice).strip().lower()
     answers = {
         "a": "no: a bucket is split into N chunks by the ring just as a big tensor is. The question is what a "
              "message costs: look at where α and β enter the model.",
@@ -163,9 +162,6 @@ def check_bucketing_answer(choice: str) -> Feedback:
              "nothing is compressed.",
         "d": "no: a tensor bigger than the cap goes into a bucket of its own and is all-reduced like any other.",
     }
-    if choice not in answers:
-        return failed("answer with 'a', 'b', 'c' or 'd'.")
-    if choice == "b":
-        return passed("each all-reduce pays 2(N-1)·α once; small tensors are all α, so one bucket saves "
-                      "(T-1)·2(N-1)·α, while big ones are all bytes — 2(N-1)/N·S·β — and bytes are not saved.")
-    return failed(answers[choice])
+    success = ("each all-reduce pays 2(N-1)·α once; small tensors are all α, so one bucket saves "
+               "(T-1)·2(N-1)·α, while big ones are all bytes — 2(N-1)/N·S·β — and bytes are not saved.")
+    return multiple_choice(choice, answers, right="b", success=success)

@@ -18,7 +18,7 @@ from ..comm.links import Links
 from ..costmodel import predict
 from ..engines import missing, run_on_engine
 from ..worlds import ship
-from ._feedback import SOLUTIONS, Feedback, failed, passed, solution  # noqa: F401 - for the notebook
+from ._feedback import SOLUTIONS, Feedback, failed, multiple_choice, passed, solution  # noqa: F401 - for the notebook
 from .lesson02 import _describe, _result_problem, _Spy, encoded_input
 
 SOLUTIONS["09.1"] = """def fixed_ring(comm, x):
@@ -275,7 +275,6 @@ def check_hierarchical_prediction(ring: float, hierarchical: float, tolerance: f
 
 def check_in_network_answer(choice: str) -> Feedback:
     """Exercise 09.4: what in-network reduction (SHARP, NVLink SHARP) saves (a, b, c or d)."""
-    choice = str(choice).strip().lower()
     answers = {
         "a": "no: the switch still adds every element; it saves the trips, not the work. What does each rank send?",
         "b": "",
@@ -284,9 +283,6 @@ def check_in_network_answer(choice: str) -> Feedback:
         "d": "no: each rank still receives the whole result, S bytes; what shrinks is what it sends and how "
              "often data goes around.",
     }
-    if choice not in answers:
-        return failed("answer with 'a', 'b', 'c' or 'd'.")
-    if answers[choice]:
-        return failed(answers[choice])
-    return passed("each rank sends S once and receives S once, instead of 2(N−1)/N·S each way in the ring: "
-                  "about half the traffic, and a few switch hops of latency instead of 2(N−1) steps.")
+    success = ("each rank sends S once and receives S once, instead of 2(N−1)/N·S each way in the ring: "
+               "about half the traffic, and a few switch hops of latency instead of 2(N−1) steps.")
+    return multiple_choice(choice, answers, right="b", success=success)
