@@ -114,10 +114,10 @@ class Cluster:
         finally:
             self._world.finish()
             self.trace = Trace.merge([Trace(r.events, r.receives, r.dropped) for r in reports.values()])
-            _print_outputs(reports)
+            print_outputs(reports)
         failures = [r for r in reports.values() if r.kind != "result"]
         if failures:
-            raise _root_cause(failures, fn)
+            raise root_cause(failures, fn)
         return [reports[rank].value for rank in range(self.world_size)]
 
     def _collect(self, reports: dict[int, Report]) -> None:
@@ -172,14 +172,15 @@ def _severity(report: Report) -> int:
     return 3 if isinstance(e, (CollectiveTimeout, RankFailure)) else 4
 
 
-def _root_cause(failures: list[Report], fn) -> BaseException:
-    """The exception `run` raises: the root cause, with its rank, remote traceback and the other ranks' fate."""
+def root_cause(failures: list[Report], fn, where: str | None = None) -> BaseException:
+    """The exception to raise for failed ranks: the root cause, with its rank, remote traceback and the
+    other ranks' fate. `where` names the call (default "cluster.run(fn)")."""
     cause = min(failures, key=_severity)  # min() keeps arrival order among equals
     error = cause.error
     if cause.traceback and error.__traceback__ is None:  # it came from another process
         error.__cause__ = RemoteTraceback(_restore_sources(cause.traceback, fn))
-    name = getattr(fn, "__name__", repr(fn))
-    notes = [f"raised on rank {cause.rank} in cluster.run({name})"]
+    where = where or f"cluster.run({getattr(fn, '__name__', repr(fn))})"
+    notes = [f"raised on rank {cause.rank} in {where}"]
     others = [r for r in failures if r is not cause]
     stopped = sorted(r.rank for r in others if type(r.error) is CollectiveAborted)
     if stopped:
@@ -188,7 +189,8 @@ def _root_cause(failures: list[Report], fn) -> BaseException:
               for r in others if type(r.error) is not CollectiveAborted]
     if cause.kind == "died":
         notes.append("call cluster.restart() for a full world")
-    _add_note(error, "\n".join(notes))
+    for note in notes:
+        _add_note(error, note)
     return error
 
 
@@ -219,7 +221,7 @@ def _add_note(error: BaseException, note: str) -> None:
         error.add_note(note)
 
 
-def _print_outputs(reports: dict[int, Report]) -> None:
+def print_outputs(reports: dict[int, Report]) -> None:
     """Print what each rank printed, prefixed by its rank, one rank after another."""
     for rank in sorted(reports):
         for line in reports[rank].output.splitlines():

@@ -26,7 +26,7 @@ from pathlib import Path
 import cloudpickle
 import numpy as np
 
-from .cluster import RemoteTraceback, _add_note, _print_outputs, _restore_sources, _severity
+from .cluster import print_outputs, root_cause
 from .rank import Report, serialise_error
 from .worlds import ship
 
@@ -68,15 +68,11 @@ def run_on_engine(fn, engine: str = "mpi", world_size: int = 3, *args, timeout: 
             command = [sys.executable, "-m", "allreduce_edu.cli", "launch", "-n", str(world_size), *entry]
         code, stderr = _run(command, timeout)
         reports = {r.rank: r for r in (cloudpickle.loads(p.read_bytes()) for p in Path(folder).glob("rank*.pkl"))}
-    _print_outputs(reports)
+    print_outputs(reports)
     name = getattr(fn, "__name__", repr(fn))
-    failures = [r for r in reports.values() if r.kind != "result"]
+    failures = sorted((r for r in reports.values() if r.kind != "result"), key=lambda r: r.rank)
     if failures:
-        cause = min(sorted(failures, key=lambda r: r.rank), key=_severity)
-        error = cause.error
-        error.__cause__ = RemoteTraceback(_restore_sources(cause.traceback, fn))
-        _add_note(error, f"raised on rank {cause.rank} in run_on_engine({name}) over {engine}")
-        raise error
+        raise root_cause(failures, fn, where=f"run_on_engine({name}) over {engine}")
     if code is None:
         raise TimeoutError(f"run_on_engine({name}) over {engine} did not finish within {timeout:g} s; every process "
                            f"was stopped. Is a rank waiting for a message no one sends?")
