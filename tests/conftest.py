@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
+import tempfile
 
 import pytest
+
+# Checkers record progress; tests and the lessons' nbval kernels (which inherit this environment) must never
+# write to the user's data directory.
+os.environ["ALLREDUCE_EDU_DATA_DIR"] = tempfile.mkdtemp(prefix="allreduce-edu-test-data-")
 
 import allreduce_edu as ae
 

@@ -1,12 +1,18 @@
 """Checkers for the lessons' exercises: they run your answer (on real ranks when it is a collective)
-and reply with the first concrete thing that is wrong, and a hint. `solution("03.1")` shows an answer.
+and reply with the first concrete thing that is wrong, and a hint.
+
+    hint("03.1")        # the next hint for exercise 03.1 (call again for the one after)
+    solution("03.1")    # an answer, when you want it
+    progress()          # every exercise of the course: passed, attempted, not started
 
 One module per lesson: `from allreduce_edu.exercises.lesson03 import check_ring_allreduce`.
 """
 
-from ._feedback import Feedback, solution
-from .lesson00 import check_max_allreduce, check_welcome_prediction
+from .feedback import Feedback
+from .registry import EXERCISES, all_exercises, hint, learner_or_reference, progress, reference, solution
+from .lesson00 import check_max_allreduce, check_welcome_prediction  # noqa: I001 - after the registry
 from .lesson01 import check_echo, check_prediction, check_small_message_answer
 
-__all__ = ["Feedback", "solution", "check_welcome_prediction", "check_max_allreduce", "check_prediction",
-           "check_echo", "check_small_message_answer"]
+__all__ = ["Feedback", "hint", "solution", "progress", "reference", "learner_or_reference", "EXERCISES",
+           "all_exercises", "check_welcome_prediction", "check_max_allreduce", "check_prediction", "check_echo",
+           "check_small_message_answer"]

@@ -5,7 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..cluster import Cluster
-from ._feedback import SOLUTIONS, Feedback, failed, passed, solution  # noqa: F401 - for the notebook
+from .feedback import Feedback, failed, multiple_choice, passed  # noqa: F401
+from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - for the notebook
+
+SOLUTIONS: dict[str, str] = {}  # TODO(issue 10): move into @exercise registrations
 
 SOLUTIONS["00.1"] = """Rank r contributes np.full(4, r + 1.0); the sum over ranks 0..N-1 is 1 + 2 + ... + N = N(N+1)/2.
 For N = 4: every element is 10.0, and every rank gets the same [10., 10., 10., 10.]."""

@@ -5,7 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..cluster import Cluster
-from ._feedback import SOLUTIONS, Feedback, failed, multiple_choice, passed, solution  # noqa: F401 - for the notebook
+from .feedback import Feedback, failed, multiple_choice, passed  # noqa: F401
+from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - for the notebook
+
+SOLUTIONS: dict[str, str] = {}  # TODO(issue 10): move into @exercise registrations
 
 SOLUTIONS["01.1"] = """The model says t(n) = α + n·β. With n = 64 MiB = 67108864 bytes:
     predicted = alpha + 67108864 * beta      # seconds

@@ -2,21 +2,21 @@
 
 The checkers here (and lesson03's) run your function on real gRPC ranks with inputs that say where every
 number came from: element i of rank r is i·2^27 + 8^r, so any sum of pieces of them tells which ranks it
-contains (the base-8 digits below 2^27) and which positions (the part above). A `_Spy` communicator hands
+contains (the base-8 digits below 2^27) and which positions (the part above). A `Spy` communicator hands
 your messages on and writes down what each one carried, so a checker can replay your traffic step by step.
 """
 
 from __future__ import annotations
 
-import re
-
-import cloudpickle
 import numpy as np
 
 from ..cluster import Cluster
 from ..comm.errors import CollectiveTimeout
-from ..worlds import ship
-from ._feedback import SOLUTIONS, Feedback, failed, multiple_choice, passed, solution  # noqa: F401 - for the notebook
+from .feedback import Feedback, failed, multiple_choice, passed  # noqa: F401
+from .harness import ranks_text, result_problem, run_learner
+from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - for the notebook
+
+SOLUTIONS: dict[str, str] = {}  # TODO(issue 10): move into @exercise registrations
 
 SOLUTIONS["02.1"] = """def my_naive_allreduce(comm, x):
     if comm.rank != 0:
@@ -35,188 +35,6 @@ Every other rank sends S = 1 MiB and receives S."""
 
 SOLUTIONS["02.3"] = """a: every byte passes through the root's link, (N - 1)·S in and (N - 1)·S out, while each other rank
 moves only S each way. The root's link is busy N - 1 times longer than anyone else's, and that grows with N."""
-
-POSITION = float(1 << 27)  # element i carries i·POSITION (times the number of ranks added into it) ...
-DIGIT = 8  # ... plus 8^r for each rank r it contains: base-8 digits count every rank's contributions
-
-
-def encoded_input(rank: int, shape) -> np.ndarray:
-    """The checkers' input on `rank`: element i is i·2^27 + 8^rank (float64; sums stay exact up to ~10^6 elements)."""
-    count = int(np.prod(shape, dtype=np.int64))
-    return (np.arange(count, dtype=np.float64) * POSITION + float(DIGIT ** rank)).reshape(shape)
-
-
-def expected_sum(world_size: int, shape) -> np.ndarray:
-    """What a sum all-reduce of `encoded_input` over `world_size` ranks gives."""
-    return sum(encoded_input(r, shape) for r in range(world_size))
-
-
-def decode(array, world_size: int) -> tuple[int | None, tuple[int, ...] | None]:
-    """(position of the first element, how many times each rank's data is in it) for a piece of encoded data.
-
-    (None, None) when the piece is not float64, is empty, or its elements disagree (pieces of different
-    positions were added together, or elements are out of order).
-    """
-    a = np.asarray(array)
-    if a.dtype != np.float64 or a.size == 0:
-        return None, None
-    v = a.reshape(-1)
-    if not (np.all(np.isfinite(v)) and np.all(v >= 0) and np.all(v == np.floor(v))):
-        return None, None
-    low = np.mod(v, POSITION)
-    if not np.all(low == low[0]):
-        return None, None
-    digits, rest = [], int(low[0])
-    for _ in range(world_size):
-        rest, digit = divmod(rest, DIGIT)
-        digits.append(digit)
-    total = sum(digits)
-    if rest or total == 0:
-        return None, None
-    positions = (v - low[0]) / POSITION / total
-    if not np.array_equal(positions, positions[0] + np.arange(v.size)):
-        return None, None
-    return int(positions[0]), tuple(digits)
-
-
-class _Spy:
-    """The comm your function gets: rank, world_size, send, recv, sendrecv (and isend where allowed), forwarded
-    to the real Communicator; every send is written down as (dst, nbytes, dtype, first position, ranks' counts)."""
-
-    def __init__(self, comm, allowed=("send", "recv", "sendrecv")):
-        self._comm, self._allowed = comm, tuple(allowed)
-        self.rank, self.world_size = comm.rank, comm.world_size
-        self.sends: list[tuple] = []
-
-    def _note(self, dst, array) -> None:
-        a = np.asarray(array)
-        self.sends.append((dst, a.nbytes, a.dtype.name, *decode(a, self.world_size)))
-
-    def _check(self, name: str) -> None:
-        if name not in self._allowed:
-            raise AttributeError(self._refusal(name))
-
-    def _refusal(self, name: str) -> str:
-        return (f"comm.{name}, which is not available in this exercise: use only comm.rank, comm.world_size, "
-                + ", ".join(f"comm.{a}" for a in self._allowed)
-                + ". (Calling one of the library's collectives? Write the algorithm yourself, from messages.)")
-
-    def send(self, dst, array, tag, **kwargs):
-        self._check("send")
-        self._note(dst, array)
-        return self._comm.send(dst, array, tag, **kwargs)
-
-    def isend(self, dst, array, tag, **kwargs):
-        self._check("isend")
-        self._note(dst, array)
-        return self._comm.isend(dst, array, tag, **kwargs)
-
-    def recv(self, src, tag, **kwargs):
-        self._check("recv")
-        return self._comm.recv(src, tag, **kwargs)
-
-    def sendrecv(self, dst, array, src, tag, **kwargs):
-        self._check("sendrecv")
-        self._note(dst, array)
-        return self._comm.sendrecv(dst, array, src, tag, **kwargs)
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        raise AttributeError(self._refusal(name))
-
-
-def _describe(result, shape, world_size: int) -> dict:
-    """What a rank returned, for the checker: ok, or the first thing wrong with it (computed on the rank)."""
-    if result is None:
-        return {"kind": "none"}
-    try:
-        y = np.asarray(result)
-    except Exception:  # noqa: BLE001 - whatever the learner returned
-        return {"kind": "type", "type": type(result).__name__}
-    if y.shape != tuple(shape):
-        return {"kind": "shape", "shape": y.shape}
-    if y.dtype != np.float64:
-        return {"kind": "dtype", "dtype": y.dtype.name}
-    if np.array_equal(y, expected_sum(world_size, shape)):
-        return {"kind": "ok"}
-    flat = y.reshape(-1)
-    start = 0
-    for c, piece in enumerate(np.array_split(flat, world_size)):
-        position, counts = decode(piece, world_size)
-        if position != start or counts != (1,) * world_size:
-            return {"kind": "wrong", "chunk": c, "position": position, "counts": counts, "start": start}
-        start += piece.size
-    return {"kind": "wrong", "chunk": None, "position": None, "counts": None, "start": 0}
-
-
-def run_on_rank(comm, blob: bytes, shape, allowed) -> dict:
-    """Run the learner's function (shipped as `blob`) on this rank through a `_Spy`; describe what happened."""
-    fn = cloudpickle.loads(blob)[0]
-    x = encoded_input(comm.rank, shape)
-    spy = _Spy(comm, allowed)
-    result = fn(spy, x)
-    return {"sends": spy.sends, "modified": not np.array_equal(x, encoded_input(comm.rank, shape)),
-            "result": _describe(result, shape, comm.world_size)}
-
-
-def run_learner(cluster, fn, shape, allowed=("send", "recv", "sendrecv"), explain=None):
-    """Run `fn(comm, x)` on every rank of `cluster`: (per-rank reports, None) or (None, a failure explaining the error).
-
-    explain(trace, error) -> hint or None: what the traffic recorded before the error says went wrong.
-    """
-    blob = ship(fn, (), {})  # by value, as cluster.run ships notebook functions
-    try:
-        return cluster.run(run_on_rank, blob, tuple(shape), tuple(allowed)), None
-    except Exception as e:  # noqa: BLE001 - the learner's code: report, don't crash
-        return None, failed(explain_error(e, shape, explain(cluster.trace, e) if explain else None))
-
-
-def explain_error(e: BaseException, shape, hint: str | None = None) -> str:
-    """One sentence on an exception from the learner's ranks, plus `hint` (or a generic one)."""
-    notes = " ".join(getattr(e, "__notes__", []))
-    where = re.search(r"raised on rank (\d+)", notes)
-    rank = f"rank {where[1]}" if where else "a rank"
-    text = str(e).split("\n")[0]
-    if isinstance(e, CollectiveTimeout):
-        m = re.search(r"(rank \d+) waited past its deadline for (.+?) from (rank \d+)", text)
-        waited = f"{m[1]} waited for {m[2]} from {m[3]}" if m else text
-        return (f"with x of shape {tuple(shape)}, {waited}, and it never came. " + (hint or
-                "Does every recv have a matching send with the same tag, from the rank it names?"))
-    if isinstance(e, AttributeError) and "not available" in text:
-        return f"on {rank}, your function asked for {text}"
-    message = f"with x of shape {tuple(shape)}, your function raised {type(e).__name__} on {rank}: {text}"
-    return message + (f" — {hint}" if hint else "")
-
-
-def ranks_text(counts) -> str:
-    """(1, 0, 2) -> 'ranks 0, 2, 2' (a rank appears as often as its data was added)."""
-    ranks = [str(r) for r, k in enumerate(counts) for _ in range(k)]
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(ranks)
-
-
-def _result_problem(rank: int, description: dict, world_size: int, shape) -> str | None:
-    kind = description["kind"]
-    if kind == "ok":
-        return None
-    if kind == "none":
-        return f"rank {rank} returned None: return the reduced array (every rank returns the sum)."
-    if kind == "type":
-        return f"rank {rank} returned a {description['type']}: return a NumPy array."
-    if kind == "shape":
-        return (f"rank {rank} returned shape {description['shape']}, but x has shape {tuple(shape)}: "
-                f"reshape the result to x.shape.")
-    if kind == "dtype":
-        return f"rank {rank} returned dtype {description['dtype']}, but x is float64: keep x's dtype."
-    counts, chunk = description["counts"], description["chunk"]
-    if counts is None or description["position"] != description["start"]:
-        where = "" if chunk is None else f" in chunk {chunk}"
-        return (f"rank {rank}'s result has numbers in the wrong place{where}: put each received piece back "
-                f"where it came from, and join the pieces in order.")
-    return None if counts == (1,) * world_size else (
-        f"rank {rank}'s result{'' if chunk is None else f' (chunk {chunk})'} holds the data of "
-        f"{ranks_text(counts)}, but should hold every rank's exactly once.")
-
 
 def check_naive_allreduce(fn, world_sizes=(3, 4), shapes=((10,), (100_003,)), timeout: float = 15.0,
                           transport: str = "grpc") -> Feedback:
@@ -298,7 +116,7 @@ def _naive_problem(reports, trace, n: int, shape) -> str | None:
     if into_root != n - 1:
         return f"the root received {into_root} messages; with {n} ranks it receives N−1 = {n - 1}."
     for rank in range(n):
-        problem = _result_problem(rank, reports[rank]["result"], n, shape)
+        problem = result_problem(rank, reports[rank]["result"], n, shape)
         if problem:
             return problem
     for rank in range(n):

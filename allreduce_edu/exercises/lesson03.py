@@ -14,14 +14,11 @@ import numpy as np
 
 from ..cluster import Cluster
 from ..comm.errors import CollectiveTimeout
-from ._feedback import SOLUTIONS, Feedback, failed, multiple_choice, passed, solution  # noqa: F401 - for the notebook
-from .lesson02 import _result_problem, ranks_text, run_learner
+from .feedback import Feedback, failed, multiple_choice, passed
+from .harness import ranks_text, result_problem, run_learner
+from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - for the notebook
 
-SOLUTIONS["03.0"] = """Rank 2. In reduce-scatter step s, rank r sends chunk (r - s - 1) % N to the right. Chunk 2 starts on
-rank 3 (step 0: (3 - 0 - 1) % 4 = 2), goes 3 → 0 → 1 → 2 collecting one rank's data per hop, and the last hop
-lands on rank 2: after reduce-scatter rank r owns finished chunk r."""
-
-SOLUTIONS["03.1"] = """def my_ring_allreduce(comm, x):
+RING_SOLUTION = """def my_ring_allreduce(comm, x):
     n, r = comm.world_size, comm.rank
     right, left = (r + 1) % n, (r - 1) % n
     pieces = np.array_split(x.reshape(-1).copy(), n)     # N chunks of a copy: x itself stays as it was
@@ -35,11 +32,7 @@ SOLUTIONS["03.1"] = """def my_ring_allreduce(comm, x):
         pieces[into] = comm.sendrecv(right, pieces[out], left, tag="all_gather")
     return np.concatenate(pieces).reshape(x.shape)"""
 
-SOLUTIONS["03.2"] = """Each rank sends 2(N - 1) chunks of S/N bytes: N - 1 in reduce-scatter, N - 1 in all-gather.
-    2 * (N - 1) / N * S = 2 * 7 / 8 * 1048576 = 1835008 bytes   (1.75 MiB)
-(1 MiB divides into 8 equal chunks, so this is exact.)"""
-
-SOLUTIONS["03.3"] = """def my_pipelined_ring(comm, x, segments=2):
+PIPELINED_SOLUTION = """def my_pipelined_ring(comm, x, segments=2):
     n, r = comm.world_size, comm.rank
     right, left = (r + 1) % n, (r - 1) % n
     pieces = [np.array_split(p, segments) for p in np.array_split(x.reshape(-1).copy(), n)]
@@ -56,15 +49,21 @@ SOLUTIONS["03.3"] = """def my_pipelined_ring(comm, x, segments=2):
         pieces[into] = [comm.recv(left, tag="all_gather") for _ in range(segments)]
         for request in sends:
             request.wait()
-    return np.concatenate([np.concatenate(p) for p in pieces]).reshape(x.shape)
-Same bytes, twice the messages. On a GPU cluster segments let the reduction of one overlap the transfer of
-the next (NCCL cuts every chunk into slices for this). Here the additions are cheap next to gRPC's per-byte
-CPU cost, and every extra message costs another α, so expect no gain — often a small loss."""
+    return np.concatenate([np.concatenate(p) for p in pieces]).reshape(x.shape)"""
 
-SOLUTIONS["03.4"] = """c: busbw = algbw · 2(N-1)/N counts the bytes each rank's link must carry in a ring, 2(N-1)/N·S, and
-that is the same load per link for any N: on a network where every rank has its own link, busbw stays
-near the link's speed however many ranks you add. Here the "links" are gRPC calls, which cost CPU per byte,
-and all N ranks share this machine's cores: more ranks, less CPU for each, lower busbw."""
+
+@exercise(
+    "03.0", "who owns the finished chunk 2", kind="number",
+    todo="replace None with the rank (0 to 3) that holds the finished chunk 2, then run this cell again.",
+    hints=("Chunk 2 starts its trip on the rank that sends it at step 0: rank r sends chunk (r − 1) % N first.",
+           "Follow chunk 2 one hop to the right per step; reduce-scatter has N − 1 = 3 steps."),
+    solution="""Rank 2. In reduce-scatter step s, rank r sends chunk (r - s - 1) % N to the right. Chunk 2 starts on
+rank 3 (step 0: (3 - 0 - 1) % 4 = 2), goes 3 → 0 → 1 → 2 collecting one rank's data per hop, and the last hop
+lands on rank 2: after reduce-scatter rank r owns finished chunk r.""",
+    key="""from allreduce_edu.exercises.lesson03 import check_owner_prediction, hint, solution
+
+my_owner = 2   # which rank owns finished chunk 2 after reduce-scatter?
+check_owner_prediction(my_owner)""")
 
 
 def check_owner_prediction(rank, world_size: int = 4, chunk: int = 2) -> Feedback:
@@ -90,6 +89,20 @@ def check_owner_prediction(rank, world_size: int = 4, chunk: int = 2) -> Feedbac
                                   f"chunk (r − s − 1) % N to rank r + 1. Follow chunk {chunk} hop by hop."))
 
 
+@exercise(
+    "03.1", "write the ring all-reduce", kind="code", function="my_ring_allreduce", solution=RING_SOLUTION,
+    hints=("Cut a copy of x into N chunks: pieces = np.array_split(x.reshape(-1).copy(), n). Chunks may differ "
+           "in length by one, and the copy keeps x unchanged.",
+           "Two loops of N − 1 steps. In reduce-scatter step s, rank r sends pieces[(r − s − 1) % n] to the right "
+           "and adds what arrives from the left into pieces[(r − s − 2) % n]; afterwards rank r owns chunk r.",
+           "In all-gather step s, rank r forwards pieces[(r − s) % n] and stores what arrives in "
+           "pieces[(r − s − 1) % n]: pieces[into] = comm.sendrecv(right, pieces[out], left, tag=\"all_gather\"). "
+           "Finish with np.concatenate(pieces).reshape(x.shape)."),
+    key="""from allreduce_edu.exercises.lesson03 import check_ring_allreduce
+
+""" + RING_SOLUTION + """
+
+check_ring_allreduce(my_ring_allreduce)""")
 def check_ring_allreduce(fn, world_sizes=(3, 4), shapes=((10,), (1_000_003,), (2, 5)),
                          timeout: float = 20.0, transport: str = "grpc") -> Feedback:
     """Exercise 03.1: `fn(comm, x)` must be a ring all-reduce (sum) built from comm.sendrecv/send/recv.
@@ -216,7 +229,7 @@ def _ring_problem(reports, n: int, shape) -> str | None:
                 return f"rank {r} sent chunk {c} {where} holding {ranks_text(counts)}, " + _content_hint(
                     counts, expected, r, reducing)
     for r in range(n):
-        problem = _result_problem(r, reports[r]["result"], n, shape)
+        problem = result_problem(r, reports[r]["result"], n, shape)
         if problem:
             return problem + (" Your messages were right, so check that you store each chunk you receive in "
                               "all-gather at pieces[(rank − step − 1) % N] and join the pieces in order."
@@ -246,6 +259,18 @@ def _modified(reports) -> str | None:
     return None
 
 
+@exercise(
+    "03.2", "predict the ring's bytes per rank", kind="number",
+    todo="replace None with the number of bytes rank 0 sends, then run this cell again.",
+    hints=("Count messages first: how many steps has each phase, and how many chunks does a rank send per step?",
+           "Each message is one chunk of S/N bytes; a rank sends N − 1 of them in each of the two phases."),
+    solution="""Each rank sends 2(N - 1) chunks of S/N bytes: N - 1 in reduce-scatter, N - 1 in all-gather.
+    2 * (N - 1) / N * S = 2 * 7 / 8 * 1048576 = 1835008 bytes   (1.75 MiB)
+(1 MiB divides into 8 equal chunks, so this is exact.)""",
+    key="""from allreduce_edu.exercises.lesson03 import check_ring_bytes
+
+my_bytes = 2 * (8 - 1) * (1 << 20) // 8   # 2(N − 1) chunks of S/N bytes
+check_ring_bytes(my_bytes)""")
 def check_ring_bytes(answer, world_size: int = 8, nbytes: int = 1 << 20) -> Feedback:
     """Exercise 03.2: bytes rank 0 sends in one ring all-reduce of S = 1 MiB on N = 8 ranks."""
     try:
@@ -270,6 +295,23 @@ def check_ring_bytes(answer, world_size: int = 8, nbytes: int = 1 << 20) -> Feed
                                     f"N − 1 in all-gather, each S/N bytes."))
 
 
+@exercise(
+    "03.3", "pipeline the ring in segments", kind="code", function="my_pipelined_ring",
+    solution=PIPELINED_SOLUTION,
+    explanation="""Same bytes, twice the messages. On a GPU cluster segments let the reduction of one overlap the transfer
+of the next (NCCL cuts every chunk into slices for this). Here the additions are cheap next to gRPC's per-byte
+CPU cost, and every extra message costs another α, so expect no gain — often a small loss.""",
+    hints=("Start from your ring, and cut every chunk once more: "
+           "pieces = [np.array_split(p, segments) for p in np.array_split(x.reshape(-1).copy(), n)].",
+           "In each step, start every segment of the outgoing chunk with sends = [comm.isend(right, seg, tag) ...], "
+           "then recv the incoming segments one at a time (seg += comm.recv(left, tag)), then wait on every send.",
+           "All-gather the same way: isend each segment of pieces[out], then "
+           "pieces[into] = [comm.recv(left, tag) for _ in range(segments)]; join with two np.concatenate calls."),
+    key="""from allreduce_edu.exercises.lesson03 import check_pipelined_ring
+
+""" + PIPELINED_SOLUTION + """
+
+check_pipelined_ring(my_pipelined_ring)""")
 def check_pipelined_ring(fn, world_sizes=(3,), shapes=((10,), (100_003,)), segments: int = 2,
                          timeout: float = 20.0, transport: str = "grpc") -> Feedback:
     """Exercise 03.3: a ring that sends every chunk as `segments` messages; still correct, same bytes."""
@@ -304,7 +346,7 @@ def _pipelined_problem(reports, trace, n: int, shape, segments: int) -> str | No
         return (f"all ranks together sent {total} bytes; a ring sends every chunk N − 1 times in each phase, "
                 f"2(N−1)·S = {2 * (n - 1) * s} in all. Segments split a chunk, they don't add bytes.")
     for r in range(n):
-        problem = _result_problem(r, reports[r]["result"], n, shape)
+        problem = result_problem(r, reports[r]["result"], n, shape)
         if problem:
             return problem + (" Check that every segment you receive goes back into the same place of the same "
                               "chunk." if reports[r]["result"]["kind"] == "wrong" else "")
@@ -332,6 +374,17 @@ def _timed_runs(comm, fn, count: int, reps: int) -> list[float]:
     return times
 
 
+@exercise(
+    "03.4", "why busbw falls with N here", kind="choice",
+    hints=("What is busbw = algbw · 2(N − 1)/N built to measure: a property of the algorithm, or of each link?",
+           "On this laptop, what do all the rank processes share, and what does gRPC spend on every byte?"),
+    solution="""c: busbw = algbw · 2(N-1)/N counts the bytes each rank's link must carry in a ring, 2(N-1)/N·S, and
+that is the same load per link for any N: on a network where every rank has its own link, busbw stays
+near the link's speed however many ranks you add. Here the "links" are gRPC calls, which cost CPU per byte,
+and all N ranks share this machine's cores: more ranks, less CPU for each, lower busbw.""",
+    key="""from allreduce_edu.exercises.lesson03 import check_busbw_answer
+
+check_busbw_answer("c")""")
 def check_busbw_answer(choice: str) -> Feedback:
     """Exercise 03.4: why busbw should not depend on N, and why here it does (a, b or c)."""
     answers = {

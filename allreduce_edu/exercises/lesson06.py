@@ -12,7 +12,10 @@ import timeit
 
 import numpy as np
 
-from ._feedback import SOLUTIONS, Feedback, failed, multiple_choice, passed, solution  # noqa: F401 - for the notebook
+from .feedback import Feedback, failed, multiple_choice, passed  # noqa: F401
+from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - for the notebook
+
+SOLUTIONS: dict[str, str] = {}  # TODO(issue 10): move into @exercise registrations
 
 SOLUTIONS["06.1"] = """Two passes: first the mean, then the mean of the squared distances from it. The distances are small,
 so nothing large cancels:

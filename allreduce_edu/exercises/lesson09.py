@@ -18,8 +18,11 @@ from ..comm.links import Links
 from ..costmodel import predict
 from ..engines import missing, run_on_engine
 from ..worlds import ship
-from ._feedback import SOLUTIONS, Feedback, failed, multiple_choice, passed, solution  # noqa: F401 - for the notebook
-from .lesson02 import _describe, _result_problem, _Spy, encoded_input
+from .feedback import Feedback, failed, multiple_choice, passed  # noqa: F401
+from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - for the notebook
+
+SOLUTIONS: dict[str, str] = {}  # TODO(issue 10): move into @exercise registrations
+from .harness import Spy, describe_result, encoded_input, result_problem
 
 SOLUTIONS["09.1"] = """def fixed_ring(comm, x):
     n, r = comm.world_size, comm.rank
@@ -74,7 +77,7 @@ class RingFailed(Exception):
     """Your ring raised on a rank: (size, exception type, first line of its message, comm methods it used)."""
 
 
-class _Watch(_Spy):
+class _Watch(Spy):
     """The comm your ring gets: send, recv, sendrecv, isend (noting which ones you use), nothing else."""
 
     def __init__(self, comm):
@@ -102,7 +105,7 @@ def _ring_on_rank(comm, blob: bytes, sizes) -> list[dict]:
         builtin = getattr(comm, "builtin_allreduce", None)  # gRPC ranks: NumPy's sum is the oracle
         oracle = builtin(encoded_input(comm.rank, (size,))) if builtin else None
         agrees = np.array_equal(np.asarray(y), oracle) if builtin else None
-        rows.append({"size": size, "result": _describe(y, (size,), n), "agrees": agrees,
+        rows.append({"size": size, "result": describe_result(y, (size,), n), "agrees": agrees,
                      "modified": not np.array_equal(x, encoded_input(comm.rank, (size,))), "used": sorted(watch.used)})
     return rows
 
@@ -178,7 +181,7 @@ def _first_problem(per_rank, ranks: str, sizes, oracle: str) -> str | None:
         for r in range(n):
             row = per_rank[r][j]
             if row["result"]["kind"] != "ok" or row["agrees"] is False:
-                problem = _result_problem(r, row["result"], n, (size,))
+                problem = result_problem(r, row["result"], n, (size,))
                 return where + (problem or f"rank {r}'s result differs from {oracle}'s.")
         for r in range(n):
             if per_rank[r][j]["modified"]:
