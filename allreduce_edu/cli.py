@@ -1,14 +1,17 @@
-"""`allreduce-edu demo | bench`: the package from a terminal."""
+"""`allreduce-edu lessons | demo | bench | launch`: the package from a terminal."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from . import bench, launch
+from . import bench, course, launch
 from .cluster import Cluster
 from .collectives import ALGORITHMS, allreduce
 from .trace import format_bytes
@@ -42,9 +45,46 @@ def demo(world_size: int = 4, count: int = 1 << 18, seed: int = 0, transport: st
     return all_ok
 
 
+def lessons(args, parser) -> int:
+    """`allreduce-edu lessons [DIR]`: the learner's own copy, then JupyterLab in it; or the instructor's key."""
+    if args.solved:
+        print(f"Writing the instructor's key to {args.solved} (every lesson executed with its answers; "
+              f"a few minutes)...", flush=True)
+        results = course.write_solved(args.solved)
+        for name, problems in results:
+            print(f"  {name}: " + ("every checker ✓" if not problems else "; ".join(problems)))
+        return 1 if any(problems for _, problems in results) else 0
+    try:
+        report = course.copy_lessons(args.dir, args.reset)
+    except ValueError as e:
+        parser.error(str(e))
+    print(report, flush=True)
+    if args.no_lab:
+        return 0
+    command = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={Path(args.dir).resolve()}"]
+    command += ["--no-browser"] * args.no_browser + ([f"--port={args.port}"] if args.port else [])
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        command.append("--allow-root")  # containers and CI run as root; JupyterLab refuses it unless told
+    print(f"Opening JupyterLab in {args.dir} (Ctrl-C stops it; your lessons stay there).", flush=True)
+    return subprocess.call(command)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="allreduce-edu", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("lessons", help="copy the lessons into a folder of your own and open them in JupyterLab",
+                       description="Copy the course's lessons into DIR (never over a lesson you changed) and open "
+                                   "JupyterLab there. Run it again to get lessons that are new or updated.")
+    p.add_argument("dir", nargs="?", default=course.DEFAULT_FOLDER,
+                   help=f"your lessons folder (default: ./{course.DEFAULT_FOLDER})")
+    p.add_argument("--reset", metavar="NN", action="append", default=[],
+                   help="put a fresh copy of lesson NN beside yours (NN_..._fresh.ipynb); repeatable")
+    p.add_argument("--solved", metavar="KEY_DIR",
+                   help="instead: write the instructor's key (every exercise answered, executed) into KEY_DIR")
+    p.add_argument("--no-lab", action="store_true", help="only copy the lessons; do not start JupyterLab")
+    p.add_argument("--no-browser", action="store_true", help="start JupyterLab without opening a browser")
+    p.add_argument("--port", type=int, help="JupyterLab's port (default: its own choice)")
 
     p = sub.add_parser("demo", help="run every algorithm on a gRPC cluster and check it against NumPy")
     p.add_argument("-n", "--world-size", type=int, default=4)
@@ -78,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     launch.add_arguments(p)
 
     args = parser.parse_args(argv)
+    if args.command == "lessons":
+        return lessons(args, parser)
     if args.command == "launch":
         try:
             return launch.run_from_args(args)

@@ -1,23 +1,37 @@
-"""The lessons as files: which cells are exercises, and the instructor's key with every answer filled in.
+"""The lessons as files: each learner's own copy, which cells are exercises, and the instructor's key.
 
-An exercise cell carries `"exercise": "03.1"` in its metadata. In the committed lessons it is a scaffold
-(its committed output is the checker's "not attempted yet"); `solved(nb)` puts each exercise's `key`
-(registered beside its checker in allreduce_edu.exercises) in its place.
+`allreduce-edu lessons DIR` copies the lessons that ship inside the package into DIR and never
+overwrites one the learner has changed: a manifest in DIR remembers what each copy looked like when
+it was delivered. An exercise cell carries `"exercise": "03.1"` in its metadata; in the shipped lessons
+it is a scaffold, and `solved(nb)` puts each exercise's `key` (registered beside its checker in
+allreduce_edu.exercises) in its place.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
-LESSONS = Path(__file__).resolve().parent.parent / "lessons"  # the lessons of a clone (the source)
 KEY = "exercise"  # the cell metadata field that names a cell's exercise
+MANIFEST = ".allreduce-edu-lessons.json"  # in a learner's folder: the hash of each lesson as delivered
+DEFAULT_FOLDER = "allreduce-edu-lessons"
+
+
+def source_folder() -> Path:
+    """Where the shipped lessons are: inside the installed package, or a clone's lessons/ folder."""
+    here = Path(__file__).resolve().parent
+    for folder in (here / "lessons", here.parent / "lessons"):  # a wheel's copy, then a clone's source
+        if any(folder.glob("[0-9][0-9]_*.ipynb")):
+            return folder
+    raise FileNotFoundError(f"no lessons found beside {here}: reinstall allreduce-edu")
 
 
 def lesson_files(folder: Path | None = None) -> list[Path]:
     """The numbered lessons, in order (00_welcome.ipynb, 01_..., ...)."""
-    return sorted(p for p in Path(folder or LESSONS).glob("[0-9][0-9]_*.ipynb"))
+    return sorted(p for p in Path(folder or source_folder()).glob("[0-9][0-9]_*.ipynb"))
 
 
 def read(path) -> dict:
@@ -91,3 +105,102 @@ def feedback(cell: dict) -> str:
         text = out.get("text", "") or out.get("data", {}).get("text/plain", "")
         parts.append("".join(text) if isinstance(text, list) else text)
     return "".join(parts)
+
+
+# --- a learner's own copy ------------------------------------------------------------------------
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@dataclass
+class CopyReport:
+    """What `copy_lessons` did with each lesson, by file name."""
+
+    folder: Path
+    added: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)  # the learner changed them: left alone
+    kept_newer: list[str] = field(default_factory=list)  # ... and a newer lesson ships: --reset gives it
+    fresh: list[str] = field(default_factory=list)  # --reset copies, beside the learner's
+
+    def __str__(self) -> str:
+        lines = [f"Lessons in {self.folder}:"]
+        for names, what in ((self.added, "added"), (self.updated, "updated to the installed version"),
+                            (self.fresh, "fresh copies, beside yours"),
+                            (self.kept, "left alone (you changed them)"),
+                            (self.kept_newer, "left alone (you changed them; a newer version ships: "
+                                              "--reset NN puts it beside yours)")):
+            if names:
+                lines.append(f"  {what}: {', '.join(names)}")
+        if self.unchanged and not (self.added or self.updated):
+            lines.append(f"  {len(self.unchanged)} lesson(s) already up to date")
+        return "\n".join(lines)
+
+
+def copy_lessons(folder, reset: list[str] = ()) -> CopyReport:
+    """Copy the shipped lessons into `folder`: add missing ones, update ones the learner never changed, leave
+    every changed one alone; `reset=["03"]` puts a fresh lesson 03 beside the learner's (never over it)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest_path = folder / MANIFEST
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError):
+        manifest = {}
+    report = CopyReport(folder)
+    sources = lesson_files()
+    unknown = [n for n in reset if not any(p.name.startswith(f"{n}_") for p in sources)]
+    if unknown:
+        raise ValueError(f"no lesson {', '.join(unknown)}; lessons: {', '.join(p.name[:2] for p in sources)}")
+    for source in sources:
+        target, shipped = folder / source.name, _digest(source)
+        if not target.exists():
+            target.write_bytes(source.read_bytes())
+            manifest[source.name] = shipped
+            report.added.append(source.name)
+        elif _digest(target) == manifest.get(source.name, shipped):  # as delivered: safe to update
+            if _digest(target) == shipped:
+                report.unchanged.append(source.name)
+            else:
+                target.write_bytes(source.read_bytes())
+                report.updated.append(source.name)
+            manifest[source.name] = shipped
+        else:
+            newer = shipped != manifest.get(source.name)
+            (report.kept_newer if newer else report.kept).append(source.name)
+        if source.name[:2] in reset:
+            fresh = _free_name(folder, source.stem + "_fresh")
+            fresh.write_bytes(source.read_bytes())
+            report.fresh.append(fresh.name)
+    manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return report
+
+
+def _free_name(folder: Path, stem: str) -> Path:
+    """folder/stem.ipynb, or stem2, stem3, ... if taken: a reset never overwrites anything."""
+    path, k = folder / f"{stem}.ipynb", 1
+    while path.exists():
+        k += 1
+        path = folder / f"{stem}{k}.ipynb"
+    return path
+
+
+def write_solved(folder, lessons: list[str] | None = None, timeout: float = 300.0) -> list[tuple[str, list[str]]]:
+    """The instructor's key: every lesson with its answers filled in, executed, written into `folder`.
+
+    Returns (file name, problems) per lesson; problems lists cells that raised and checkers that did not pass.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    results = []
+    for path in lesson_files():
+        if lessons and path.name[:2] not in lessons:
+            continue
+        nb = execute(solved(read(path)), folder, timeout)
+        write(nb, folder / path.name)
+        problems = errors(nb) + [f"exercise {ex}: {feedback(cell).strip()[:200] or 'no verdict shown'}"
+                                 for ex, cell in exercise_cells(nb).items()
+                                 if not feedback(cell).lstrip().startswith("✓")]
+        results.append((path.name, problems))
+    return results
