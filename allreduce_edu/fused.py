@@ -22,9 +22,9 @@ import numpy as np
 from .collectives import allreduce
 from .collectives.ring import all_gather_ring, reduce_scatter_ring
 from .collectives.tree import broadcast_tree, reduce_tree
+from .ops import NORMS  # kernels (and numba, ~0.5 s) load on the first call
 
 VARIANTS = ("fused", "unfused", "root")
-NORMS = ("layernorm", "rmsnorm")  # as kernels.NORMS; kernels (and numba, ~0.5 s) load on the first call
 
 
 class _Normalise:

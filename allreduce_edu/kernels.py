@@ -9,12 +9,11 @@ import time
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numba  # noqa: E402 - after the OpenMP setting above
-import numpy as np  # noqa: E402
+import numpy as np  # noqa: E402 - likewise
 
-OPS = ("sum", "prod", "max", "min")
-NORMS = ("layernorm", "rmsnorm")
+from .ops import NORMS, OPS, check_norm, check_op  # noqa: E402, F401 - likewise; NORMS for callers
+
 NUMBA_MIN_SIZE = 1 << 17  # elements; below this reduce_into calls NumPy (a parallel launch costs ~2 µs)
-_NUMPY_OPS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 _NUMBA_DTYPES = tuple(map(np.dtype, ("float32", "float64", "int32", "int64")))  # other dtypes go to NumPy
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _LAUNCH_LOCK = threading.Lock()
@@ -68,8 +67,7 @@ def _launch(kernel, *args):
 
 def reduce_into(acc, x, op="sum"):
     """acc = op(acc, x) elementwise, in place: the reduction step of every all-reduce algorithm."""
-    if op not in OPS:
-        raise ValueError(f"unknown op {op!r}; valid ops are {', '.join(OPS)}")
+    check_op(op)
     if not isinstance(acc, np.ndarray) or not isinstance(x, np.ndarray):
         raise TypeError(f"acc and x must be NumPy arrays, got {type(acc).__name__} and {type(x).__name__}")
     if acc.shape != x.shape:
@@ -79,7 +77,7 @@ def reduce_into(acc, x, op="sum"):
     if not acc.flags.c_contiguous or not acc.flags.writeable:
         raise ValueError("acc must be a writeable C-contiguous array (reduce_into writes into it in place)")
     if acc.size < NUMBA_MIN_SIZE or acc.dtype not in _NUMBA_DTYPES or np.may_share_memory(acc, x):
-        _NUMPY_OPS[op](acc, x, out=acc)  # NumPy also handles x overlapping acc
+        OPS[op](acc, x, out=acc)  # NumPy also handles x overlapping acc
     else:
         _launch(_REDUCE_KERNELS[op], acc.reshape(-1), _readonly(np.ascontiguousarray(x).reshape(-1)))
     return acc
@@ -143,8 +141,7 @@ def _affine(name, v, fill, hidden, dtype):
 
 
 def _check_args(eps, norm):
-    if norm not in NORMS:
-        raise ValueError(f"unknown norm {norm!r}; valid norms are {', '.join(NORMS)}")
+    check_norm(norm)
     if not eps >= 0:
         raise ValueError(f"eps must be a number >= 0, got {eps!r}")
 

@@ -2,14 +2,12 @@
 
 import numpy as np
 
-_UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+from .ops import OPS, check_op
 
 
 def reduce_reference(arrays, op="sum"):
     """Elementwise op over a sequence of same-shape arrays, folded left to right in their own dtype."""
-    if op not in _UFUNCS:
-        raise ValueError(f"unknown op {op!r}; valid ops are {', '.join(_UFUNCS)}")
-    return _UFUNCS[op].reduce(np.stack(arrays), axis=0)
+    return OPS[check_op(op)].reduce(np.stack(arrays), axis=0)
 
 
 def _affine(y, gamma, beta):

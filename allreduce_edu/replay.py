@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-#: the order the built-in algorithms run their phases in (a folded rank may race ahead in time)
-PHASE_ORDER = ("fold", "reduce_scatter", "reduce", "exchange", "all_gather", "broadcast", "unfold")
+from .collectives.registry import DESCRIPTIONS, describe, split_bounds
+from .ops import OPS, check_op
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def replay(trace, world_size: int | None = None, chunks: int | None = None, *, v
     sent = [0] * world_size
     states = [State(0, "", 0, 0, _freeze(held), (), tuple(sent), _values(held, pieces, op))]
     steps = _steps(events)
-    for phase, step in sorted(steps, key=_step_order(events)):
+    for phase, step in sorted(steps, key=_step_order(events, _name(events))):
         messages = steps[phase, step]
         before = _freeze(held)  # every message of a step carries what its sender held when the step began
         for e in messages:
@@ -104,13 +104,16 @@ def _steps(events: list) -> dict[tuple[str, int], list]:
     return steps
 
 
-def _step_order(events: list):
-    """Sort key for (phase, step): built-in phases in PHASE_ORDER, others by first appearance in time."""
+def _step_order(events: list, collective: str):
+    """Sort key for (phase, step): in the order the algorithm's description gives its phases (a folded rank
+    may race ahead in time), or an algorithm whose phases these are; else by first appearance in time."""
     first = {}
     for e in sorted(events, key=lambda e: e.t_start):
         first.setdefault(e.tag, len(first))
-    known = all(tag in PHASE_ORDER for tag in first)
-    return lambda key: ((PHASE_ORDER.index(key[0]) if known else first[key[0]]), key[1])
+    described = [describe(collective)] if describe(collective) else list(DESCRIPTIONS.values())
+    fits = [a.phases for a in described if a and all(tag in a.phases for tag in first)]  # unnamed: any that fits
+    order = fits[0] if fits else tuple(first)
+    return lambda key: (order.index(key[0]), key[1])
 
 
 def _freeze(held) -> tuple[tuple[frozenset[int], ...], ...]:
@@ -119,16 +122,12 @@ def _freeze(held) -> tuple[tuple[frozenset[int], ...], ...]:
 
 def chunk_bounds(size: int, chunks: int, collective: str = "") -> np.ndarray:
     """Where each chunk starts and ends in a flat buffer of `size`, as the algorithm cuts it."""
-    if collective.endswith("rabenseifner"):
-        return np.linspace(0, size, chunks + 1).astype(int)  # recursive.py's blocks
-    return np.concatenate([[0], np.cumsum([len(p) for p in np.array_split(np.empty(size), chunks)])])  # ring.py
+    algorithm = describe(collective)
+    return (algorithm.bounds if algorithm else split_bounds)(size, chunks)
 
 
 def _initial_pieces(values, world_size: int, chunks: int, collective: str, op: str) -> list[list[np.ndarray]]:
-    from .collectives.ops import OPS  # imported here: trace.py re-exports replay, and comm imports trace
-
-    if op not in OPS:
-        raise ValueError(f"unknown op {op!r}; valid ops: {', '.join(OPS)}")
+    check_op(op)
     if len(values) != world_size:
         raise ValueError(f"values has {len(values)} arrays; pass one initial array per rank ({world_size})")
     flats = [np.asarray(v).reshape(-1) for v in values]
@@ -140,8 +139,6 @@ def _values(held, pieces, op: str):
     """values[rank][chunk] = op over the initial chunk data of the ranks in held[rank][chunk]."""
     if pieces is None:
         return None
-    from .collectives.ops import OPS
-
     def combine(ranks, c):
         out = pieces[min(ranks)][c].copy()
         for r in sorted(ranks)[1:]:

@@ -181,5 +181,3 @@ def format_bytes(n: float) -> str:
         n /= 1024
     raise AssertionError("unreachable")
 
-
-from .replay import replay  # noqa: E402, F401 - at the end: replay is pure and imports nothing from here

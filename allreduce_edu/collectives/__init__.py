@@ -18,9 +18,11 @@ from . import ring  # noqa: F401, I001
 from . import tree  # noqa: F401, I001
 from . import recursive  # noqa: F401, I001
 from . import hierarchical  # noqa: F401, I001 - needs ring; nodes from comm.links (lessons/05)
-from .ops import ALGORITHMS, OPS, check_op, check_root
+from ..ops import OPS
+from .registry import ALGORITHMS, DESCRIPTIONS, check_op, check_root, describe
 
-__all__ = ["allreduce", "reduce", "broadcast", "reduce_scatter", "all_gather", "ALGORITHMS", "OPS"]
+__all__ = ["allreduce", "reduce", "broadcast", "reduce_scatter", "all_gather", "ALGORITHMS", "DESCRIPTIONS",
+           "describe", "OPS"]
 
 
 def allreduce(comm, x, op: str = "sum", algorithm: str = "ring") -> np.ndarray:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ops import OPS, allreduce_algorithm, reduce_into
+from .. import costmodel
+from ..ops import OPS
+from .registry import allreduce_algorithm, block_bounds, reduce_into
 
 
 def _fold(comm, x: np.ndarray, op: str) -> tuple[np.ndarray | None, int, int]:
@@ -44,7 +46,8 @@ def _real_rank(new_rank: int, extra: int) -> int:
     return 2 * new_rank + 1 if new_rank < extra else new_rank + extra
 
 
-@allreduce_algorithm("recursive_doubling")
+@allreduce_algorithm("recursive_doubling", layout="hypercube", phases=("fold", "exchange", "unfold"),
+                     cost=costmodel.recursive_doubling, colour="#D55E00")
 def allreduce_recursive_doubling(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
     """In step s, swap the whole buffer with rank XOR 2^s and reduce: log2 N steps, N·log2 N·S bytes."""
     acc, me, p = _fold(comm, x, op)
@@ -61,7 +64,9 @@ def allreduce_recursive_doubling(comm, x: np.ndarray, op: str = "sum") -> np.nda
     return _unfold(comm, acc)
 
 
-@allreduce_algorithm("rabenseifner")
+@allreduce_algorithm("rabenseifner", layout="hypercube", bounds=block_bounds,
+                     phases=("fold", "reduce_scatter", "all_gather", "unfold"), cost=costmodel.rabenseifner,
+                     colour="#56B4E9")
 def allreduce_rabenseifner(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
     """Recursive halving reduce-scatter + recursive doubling all-gather: 2 log2 N steps, ~2·S bytes."""
     acc, me, p = _fold(comm, x, op)

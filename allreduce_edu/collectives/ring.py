@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ops import allreduce_algorithm, reduce_into
+from .. import costmodel
+from .registry import allreduce_algorithm, reduce_into
 
 
 def reduce_scatter_ring(comm, pieces: list[np.ndarray], op: str = "sum", last=None) -> np.ndarray:
@@ -41,7 +42,8 @@ def all_gather_ring(comm, pieces: list) -> list[np.ndarray]:
     return pieces
 
 
-@allreduce_algorithm("ring")
+@allreduce_algorithm("ring", layout="ring", phases=("reduce_scatter", "all_gather"), cost=costmodel.ring,
+                     link_cost=costmodel.ring_on_links, colour="#0072B2")
 def allreduce_ring(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
     """Ring all-reduce = reduce-scatter + all-gather; bandwidth-optimal, 2(N-1) latency steps."""
     pieces = np.array_split(x.reshape(-1).copy(), comm.world_size)  # N chunks, sizes differ by at most 1

@@ -68,9 +68,15 @@ class Communicator:
         self._collective_id = 0
         self._signature: Signature | None = None
         self.links = None  # emulated links (allreduce_edu.comm.links): delay each send as its link would
+        self.ranks_per_node: int | None = None  # consecutive ranks that share a node; None: unknown
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(rank={self.rank}, world_size={self.world_size})"
+
+    def use_links(self, links) -> None:
+        """Delay every send as the emulated `links` would (None: no delay); their nodes become this world's."""
+        self.links = links
+        self.ranks_per_node = links.ranks_per_node if links is not None else self.ranks_per_node
 
     # --- point to point -------------------------------------------------------------------
     def isend(self, dst: int, array, tag: str, *, step: int = -1, chunk=None) -> Request:

@@ -7,79 +7,27 @@ dies ends the stream, which fails every later send to it and every recv from it 
 
 from __future__ import annotations
 
-import hmac
 import logging
 import queue
 import threading
 import time
 from concurrent import futures
-from dataclasses import dataclass
 
 import grpc
-import numpy as np
 
 from .._proto import rank_pb2 as pb
 from .._proto import rank_pb2_grpc
+from .auth import RANK_KEY, TLS, TOKEN_KEY, TokenInterceptor, channel
 from .base import Communicator, Request
 from .errors import CollectiveError, CollectiveTimeout, RankFailure
 from .mailbox import Message
-from .wire import CHUNK_BYTES, MAX_MESSAGE_BYTES, WireError, check_header, decode_frame, encode_frames, to_message
+from .wire import CHUNK_BYTES, MAX_MESSAGE_BYTES, Assembler, WireError, encode_frames
 
 log = logging.getLogger("allreduce_edu")
 
 SERVICE = pb.DESCRIPTOR.services_by_name["Rank"].full_name  # "allreduce_edu.Rank"
 EXCHANGE = f"/{SERVICE}/Exchange"
-TOKEN_KEY, RANK_KEY = "x-allreduce-token", "x-allreduce-rank"
-CHANNEL_OPTIONS = [("grpc.enable_http_proxy", 0)]  # loopback traffic must never go through a proxy
 SERVER_OPTIONS = [("grpc.so_reuseport", 0)]  # one port, one rank
-
-
-@dataclass(frozen=True)
-class TLS:
-    """TLS for ranks on several machines: PEM bytes of the cluster's certificate chain and key.
-
-    `ca` verifies peers (defaults to `cert`: a self-signed cluster certificate is its own CA);
-    `mutual=True` makes servers demand a client certificate signed by `ca` too.
-    """
-
-    cert: bytes
-    key: bytes
-    ca: bytes | None = None
-    mutual: bool = False
-
-    def server_credentials(self) -> grpc.ServerCredentials:
-        return grpc.ssl_server_credentials([(self.key, self.cert)], root_certificates=self.ca or self.cert,
-                                           require_client_auth=self.mutual)
-
-    def channel_credentials(self) -> grpc.ChannelCredentials:
-        return grpc.ssl_channel_credentials(root_certificates=self.ca or self.cert,
-                                            private_key=self.key if self.mutual else None,
-                                            certificate_chain=self.cert if self.mutual else None)
-
-
-class TokenInterceptor(grpc.ServerInterceptor):
-    """Refuse every call that lacks the cluster's token (declared or not, any call kind) with UNAUTHENTICATED."""
-
-    def __init__(self, token: str):
-        self._token = token.encode()
-        self._warned: set[str] = set()
-
-    def intercept_service(self, continuation, details):
-        given = dict(details.invocation_metadata).get(TOKEN_KEY, "")
-        if hmac.compare_digest(given.encode() if isinstance(given, str) else given, self._token):
-            return continuation(details)
-        if details.method not in self._warned and len(self._warned) < 16:  # once per method, a few methods
-            self._warned.add(details.method)
-            log.warning("refused a call to %s without the cluster token", details.method)
-        return _REFUSE
-
-
-def _refuse(request_or_iterator, context):
-    context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong cluster token")
-
-
-# A stream-stream handler starts at once, whatever kind of call the client made, so nothing is read first.
-_REFUSE = grpc.stream_stream_rpc_method_handler(_refuse)
 
 
 class GrpcRequest(Request):
@@ -107,9 +55,7 @@ class PeerLink:
 
     def __init__(self, comm: GrpcCommunicator, dst: int, address: str):
         self.comm, self.dst, self.address = comm, dst, address
-        tls = comm.tls
-        self.channel = (grpc.secure_channel(address, tls.channel_credentials(), options=CHANNEL_OPTIONS) if tls
-                        else grpc.insecure_channel(address, options=CHANNEL_OPTIONS))
+        self.channel = channel(address, comm.tls)
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         self._pending: dict[int, GrpcRequest] = {}
         self._lock = threading.Lock()
@@ -278,33 +224,16 @@ class GrpcCommunicator(Communicator):
 
     def _serve_exchange(self, frames, context):
         """Assemble frames into arrays and deliver each complete one to the mailbox, in order."""
-        src = self._peer_rank(context)
-        array = flat = header = None
-        received, last_seq = 0, 0
+        assembler = Assembler(self.rank, self.world_size, self._peer_rank(context), self.max_message_bytes)
         for frame in frames:
             try:
-                h, data = decode_frame(frame)
-                check_header(h, self.world_size, src, self.max_message_bytes)
-                if h.length != len(data):
-                    raise WireError(f"header says {h.length} bytes, frame carries {len(data)}")
-                if header is None:  # first chunk of a new message
-                    if h.seq != last_seq + 1 or h.offset != 0:
-                        raise WireError(f"expected message {last_seq + 1} from offset 0, got {h.seq} at {h.offset}")
-                    header, received = h, 0
-                    array = np.empty(tuple(h.shape), np.dtype(h.dtype))
-                    flat = array.reshape(-1).view(np.uint8)
-                elif (h.seq, h.offset, h.nbytes) != (header.seq, received, header.nbytes):
-                    raise WireError(f"chunk of message {h.seq} at {h.offset} does not continue "
-                                    f"message {header.seq} at {received}")
+                message = assembler.add(frame)
             except WireError as e:
-                log.warning("rank %d refused a frame from rank %d: %s", self.rank, src, e)
+                log.warning("rank %d refused a frame from rank %d: %s", self.rank, assembler.src, e)
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"rank {self.rank}: {e}")
-            flat[received:received + h.length] = np.frombuffer(data, np.uint8)
-            received += h.length
-            if received == header.nbytes:
-                self._mailbox.deliver(to_message(header, array))
-                last_seq, header = header.seq, None
-        return pb.ExchangeSummary(messages=last_seq)
+            if message is not None:
+                self._mailbox.deliver(message)
+        return pb.ExchangeSummary(messages=assembler.messages)
 
     def _peer_rank(self, context) -> int:
         value = dict(context.invocation_metadata()).get(RANK_KEY, "")

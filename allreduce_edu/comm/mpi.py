@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 
+from ..ops import MPI_OPS, check_op
 from .engine import EngineCommunicator
 
 SPIN_POLLS = 2000  # Test() calls before a waiting rank starts sleeping between polls (each call drives MPI's progress)
@@ -58,10 +59,9 @@ class MPICommunicator(EngineCommunicator):
 
     def builtin_allreduce(self, x: np.ndarray, op: str = "sum") -> np.ndarray:
         """MPI's own Allreduce of `x` (a new array)."""
-        ops = {"sum": self.MPI.SUM, "prod": self.MPI.PROD, "max": self.MPI.MAX, "min": self.MPI.MIN}
         x = np.ascontiguousarray(x)
         out = np.empty_like(x)
-        self.mpi.Allreduce(x.reshape(-1), out.reshape(-1), op=ops[op])
+        self.mpi.Allreduce(x.reshape(-1), out.reshape(-1), op=getattr(self.MPI, MPI_OPS[check_op(op)]))
         return out
 
 

@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from ..ops import TORCH_OPS, check_op
 from .engine import EngineCommunicator
 from .errors import RankFailure
 
@@ -65,9 +66,8 @@ class TorchCommunicator(EngineCommunicator):
 
     def builtin_allreduce(self, x: np.ndarray, op: str = "sum") -> np.ndarray:
         """torch.distributed's own all_reduce of `x` (a new array)."""
-        ops = {"sum": "SUM", "prod": "PRODUCT", "max": "MAX", "min": "MIN"}
         tensor = self.torch.from_numpy(np.array(x, order="C"))  # a copy: all_reduce works in place
-        self.dist.all_reduce(tensor, op=getattr(self.dist.ReduceOp, ops[op]))
+        self.dist.all_reduce(tensor, op=getattr(self.dist.ReduceOp, TORCH_OPS[check_op(op)]))
         return tensor.numpy()
 
     def close(self) -> None:

@@ -114,3 +114,38 @@ def to_message(h: pb.Header, array: np.ndarray) -> Message:
     signature = Signature(s.collective, s.algorithm, s.op, s.dtype, tuple(s.shape), s.root) \
         if h.HasField("signature") else None
     return Message(h.src, h.tag, array, h.epoch, h.collective_id, signature, h.step)
+
+
+class Assembler:
+    """Frames from one peer's stream, checked and put back together: `add` returns each complete Message.
+
+    Messages arrive whole and in order (seq 1, 2, ...), each as chunks at increasing offsets; anything
+    else raises WireError before a byte of it is stored. Every header is checked before allocation.
+    """
+
+    def __init__(self, rank: int, world_size: int, src: int, max_bytes: int = MAX_MESSAGE_BYTES):
+        self.rank, self.world_size, self.src, self.max_bytes = rank, world_size, src, max_bytes
+        self.messages = 0  # complete messages so far (the last seq)
+        self._header, self._flat, self._array, self._received = None, None, None, 0
+
+    def add(self, frame: bytes) -> Message | None:
+        h, data = decode_frame(frame)
+        check_header(h, self.world_size, self.src, self.max_bytes)
+        if h.length != len(data):
+            raise WireError(f"header says {h.length} bytes, frame carries {len(data)}")
+        if self._header is None:  # first chunk of a new message
+            if h.seq != self.messages + 1 or h.offset != 0:
+                raise WireError(f"expected message {self.messages + 1} from offset 0, got {h.seq} at {h.offset}")
+            self._header, self._received = h, 0
+            self._array = np.empty(tuple(h.shape), np.dtype(h.dtype))
+            self._flat = self._array.reshape(-1).view(np.uint8)
+        elif (h.seq, h.offset, h.nbytes) != (self._header.seq, self._received, self._header.nbytes):
+            raise WireError(f"chunk of message {h.seq} at {h.offset} does not continue "
+                            f"message {self._header.seq} at {self._received}")
+        self._flat[self._received:self._received + h.length] = np.frombuffer(data, np.uint8)
+        self._received += h.length
+        if self._received < self._header.nbytes:
+            return None
+        message = to_message(self._header, self._array)
+        self.messages, self._header, self._flat, self._array = self._header.seq, None, None, None
+        return message

@@ -14,7 +14,7 @@ import cloudpickle
 import numpy as np
 
 from ..comm.errors import CollectiveTimeout
-from ..worlds import ship
+from ..runtime import ship
 from .feedback import failed
 
 POSITION = float(1 << 27)  # element i carries i·POSITION (times the number of ranks added into it) ...

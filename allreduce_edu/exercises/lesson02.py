@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cluster import Cluster
+from ..runtime import Cluster
 from ..comm.errors import CollectiveTimeout
 from .feedback import Feedback, failed, multiple_choice, passed  # noqa: F401
 from .harness import ranks_text, result_problem, run_learner

@@ -12,7 +12,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from ..cluster import Cluster
+from ..runtime import Cluster
 from ..comm.errors import CollectiveTimeout
 from .feedback import Feedback, failed, multiple_choice, passed
 from .harness import ranks_text, result_problem, run_learner

@@ -13,9 +13,9 @@ import threading
 import numpy as np
 
 from .. import kernels
-from ..cluster import Cluster
+from ..runtime import Cluster
 from ..reference import layernorm_reference
-from ..worlds import ship
+from ..runtime import ship
 from .feedback import Feedback, failed, multiple_choice, passed  # noqa: F401
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - for the notebook
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cluster import Cluster
+from ..runtime import Cluster
 from ..training import (
     MLP,
     allreduce_gradients,

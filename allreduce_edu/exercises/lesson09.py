@@ -12,12 +12,12 @@ import re
 import cloudpickle
 import numpy as np
 
-from ..cluster import Cluster
-from ..collectives.hierarchical import predict as predict_two_level
+from ..runtime import Cluster
+from ..costmodel import predict_on_links
 from ..comm.links import Links
 from ..costmodel import predict
-from ..engines import missing, run_on_engine
-from ..worlds import ship
+from ..runtime import missing, run_on_engine
+from ..runtime import ship
 from .feedback import Feedback, failed, multiple_choice, passed  # noqa: F401
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - for the notebook
 
@@ -64,7 +64,7 @@ ring: every step has a hop between nodes, so every step waits for the inter-node
 hierarchical: a ring of L in the node on S, then a ring of M across nodes on S/L:
     2(L-1)·α_intra + 2(L-1)/L·S·β_intra + 2(M-1)·α_inter + 2(M-1)/M·(S/L)·β_inter
     = 6·5 µs + 1.5·S/200 GB/s + 2·20 µs + (S/4)/25 GB/s ≈ 2.0 ms + 2.7 ms ≈ 4.8 ms   (4× faster)
-    predict_two_level(8, S, Links.two_level(4, intra, inter), "ring" / "hierarchical") computes both."""
+    predict_on_links("ring" / "hierarchical", 8, S, Links.two_level(4, intra, inter)) computes both."""
 
 SOLUTIONS["09.4"] = """b: the switch adds the data as it passes through, so each rank sends its S bytes up once and receives
 the finished S once: S per rank instead of the ring's 2(N-1)/N·S, about half for large N, and a few hops of
@@ -231,7 +231,7 @@ def scenario_seconds(algorithm: str) -> float:
     """The α-β model's time for Exercise 09.3's cluster (2 nodes of 4 ranks, 256 MiB)."""
     s = SCENARIO
     links = Links.two_level(s["ranks_per_node"], s["intra"], s["inter"])
-    return predict_two_level(s["nodes"] * s["ranks_per_node"], s["nbytes"], links, algorithm)
+    return predict_on_links(algorithm, s["nodes"] * s["ranks_per_node"], s["nbytes"], links)
 
 
 def check_hierarchical_prediction(ring: float, hierarchical: float, tolerance: float = 0.03) -> Feedback:

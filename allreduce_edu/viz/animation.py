@@ -16,6 +16,7 @@ from tempfile import TemporaryDirectory
 import ipywidgets as widgets
 from matplotlib.animation import FuncAnimation, HTMLWriter, PillowWriter
 
+from ..collectives.registry import describe
 from ..replay import replay
 from .frame import Frame, fit_boxes, new_figure, png_bytes
 
@@ -198,7 +199,8 @@ class TreeAnimation(StepAnimation):
 
     @property
     def _hypercube(self) -> bool:
-        return any(name in self.collective for name in ("recursive", "rabenseifner"))
+        algorithm = describe(self.collective)
+        return algorithm is not None and algorithm.layout == "hypercube"
 
     def _participants(self):
         """(p, map from a rank among the p to its real rank, the ranks that sit out)."""
@@ -245,14 +247,13 @@ def _spread(row: list[int], widest: int) -> dict[int, float]:
 
 
 def animate(source, values=None, **kwargs) -> StepAnimation:
-    """The right animation for a Cluster (its last run) or a Trace, chosen by the collective's name."""
+    """The right animation for a Cluster (its last run) or a Trace: the layout its algorithm's description gives."""
     trace, world_size = (source.trace, source.world_size) if hasattr(source, "world_size") else (source, None)
     names = {e.collective for e in trace.events}
     name = kwargs.get("collective") or (names.pop() if len(names) == 1 else "")
-    if any(key in name for key in ("tree", "recursive", "rabenseifner")):
-        cls = TreeAnimation
-    elif any(key in name for key in ("naive", "all_to_all")):
-        cls = NaiveAnimation
-    else:
-        cls = RingAnimation
+    algorithm = describe(name)
+    cls = LAYOUTS[algorithm.layout if algorithm else "ring"]
     return cls(trace, world_size, values, **kwargs)
+
+
+LAYOUTS = {"ring": RingAnimation, "star": NaiveAnimation, "tree": TreeAnimation, "hypercube": TreeAnimation}

@@ -14,14 +14,19 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
+from ..collectives.registry import describe
 from ..costmodel import predict
 from ..trace import format_bytes
 from .frame import OTHER_COLOUR, PHASE_COLOURS
 
 # Okabe-Ito, one colour per algorithm, the same in every plot
-ALGORITHM_COLOURS = {"naive": "#E69F00", "all_to_all": "#CC79A7", "ring": "#0072B2", "tree": "#009E73",
-                     "recursive_doubling": "#D55E00", "rabenseifner": "#56B4E9"}
 PHASE_NAMES = {"reduce_scatter": "reduce-scatter", "all_gather": "all-gather"}
+
+
+def _colour(algorithm: str) -> str | None:
+    """The algorithm's colour from its description (Okabe-Ito, the same in every plot); None: matplotlib's."""
+    described = describe(algorithm)
+    return described.colour if described else None
 
 
 class Figure(matplotlib.figure.Figure):
@@ -105,7 +110,7 @@ def plot_bandwidth(bench_rows, ax=None):
     fig, ax = _axes(ax, (7.2, 4.2))
     for algorithm, rows in _by_algorithm(bench_rows).items():
         ax.plot([r["bytes"] for r in rows], [r["busbw_gbps"] for r in rows], marker="o", label=algorithm,
-                color=ALGORITHM_COLOURS.get(algorithm))
+                color=_colour(algorithm))
     _size_axis(ax)
     ax.set_ylabel("busbw (GB/s)")
     ax.set_title(f"all-reduce bus bandwidth, {_world(bench_rows)}", fontsize=10)
@@ -117,7 +122,7 @@ def plot_cost_model(rows, alpha: float, beta: float, ax=None, gamma: float = 0.0
     """Measured time (dots) against the α-β(-γ) prediction (lines) per algorithm; alpha in s, beta in s/byte."""
     fig, ax = _axes(ax, (7.2, 4.2))
     for algorithm, group in _by_algorithm(rows).items():
-        colour = ALGORITHM_COLOURS.get(algorithm)
+        colour = _colour(algorithm)
         sizes = [r["bytes"] for r in group]
         ax.plot(sizes, [r["time_us"] for r in group], "o", color=colour, label=f"{algorithm} measured")
         grid = np.geomspace(min(sizes), max(sizes), 64) if len(sizes) > 1 else np.array(sizes, float)
