@@ -7,7 +7,8 @@
 Every rank process the package starts runs `worker.main`; GRACE is how long any of them gets to stop.
 """
 
-from .cluster import Cluster, RemoteTraceback, print_outputs, root_cause
+from .cluster import Cluster
+from .failures import RemoteTraceback, print_outputs, root_cause
 from .engines import compare_with_builtin, engine_available, format_comparison, missing, run_on_engine
 from .rendezvous import init
 from .shipping import ship

@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-import linecache
 import multiprocessing
-import re
 import secrets
 import time
-import types
 import weakref
 
-from ..comm.errors import CollectiveAborted, CollectiveError, CollectiveMismatch, CollectiveTimeout, RankFailure
+from ..comm.errors import CollectiveAborted, CollectiveError, CollectiveTimeout, RankFailure
 from ..trace import Trace
+from .failures import abort_error, print_outputs, root_cause
+from .limits import check_world_size
 from .processes import GUARD_HINT, ProcessRanks
 from .threads import ThreadRanks
 from .worker import GRACE, Report
 
 TRANSPORTS = ("grpc", "local")
-
-
-class RemoteTraceback(Exception):
-    """The traceback of an exception raised on a rank process (shown as the cause)."""
-
-    def __str__(self) -> str:
-        return "\n" + self.args[0]
 
 
 class Cluster:
@@ -33,14 +25,14 @@ class Cluster:
     with TLS when `tls` (a `TLS` of PEM bytes) is given. transport="local": one thread per rank in this
     process, for instant traces and tests. `timeout` bounds every wait for a peer, in seconds.
     `links` (see allreduce_edu.comm.links) delays every message as an emulated network link would.
+    A world larger than this machine holds is refused before anything starts (`max_ranks` overrides).
     """
 
     def __init__(self, world_size: int = 4, transport: str = "grpc", timeout: float = 30.0,
-                 host: str = "127.0.0.1", tls=None, links=None):
+                 host: str = "127.0.0.1", tls=None, links=None, max_ranks: int | None = None):
         if getattr(multiprocessing.current_process(), "_inheriting", False):
             raise RuntimeError("A Cluster was created while a rank process was starting. " + GUARD_HINT)
-        if not isinstance(world_size, int) or world_size < 1:
-            raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
+        check_world_size(world_size, transport != "local", max_ranks)
         if transport not in TRANSPORTS:
             raise ValueError(f"unknown transport {transport!r}; valid: {', '.join(TRANSPORTS)}")
         if not timeout > 0:
@@ -92,8 +84,10 @@ class Cluster:
     def run(self, fn, *args, **kwargs) -> list:
         """Call `fn(comm, *args, **kwargs)` on every rank; return the results by rank.
 
-        An exception on any rank stops the others at once and is raised here, naming its rank.
+        An exception on any rank stops the others at once and is raised here, naming its rank. Interrupted
+        (Ctrl-C, "interrupt kernel"), it stops every rank, replaces those that do not stop, and says so.
         """
+        __tracebackhide__ = True  # noqa: F841 - IPython shows the learner's frames, not these
         if self.closed:
             raise RuntimeError("this Cluster is closed; create a new one (or call restart())")
         if self._dead:
@@ -106,15 +100,19 @@ class Cluster:
             self._dead.update(e.ranks)
             raise
         reports: dict[int, Report] = {}
+        interrupted = None
         try:
             self._collect(reports)
         except KeyboardInterrupt:
-            self._stop(reports, CollectiveAborted("the caller interrupted cluster.run (KeyboardInterrupt)"))
-            raise
+            running = [r for r in range(self.world_size) if r not in reports]
+            replaced = self._stop(reports, CollectiveAborted("the caller interrupted cluster.run"))
+            interrupted = _interrupted(fn, running, replaced, self.world_size)
         finally:
             self._world.finish()
             self.trace = Trace.merge([Trace(r.events, r.receives, r.dropped) for r in reports.values()])
             print_outputs(reports)
+        if interrupted:
+            raise KeyboardInterrupt(interrupted) from None  # the multiprocessing frames say nothing useful
         failures = [r for r in reports.values() if r.kind != "result"]
         if failures:
             raise root_cause(failures, fn)
@@ -125,7 +123,7 @@ class Cluster:
         while len(reports) < self.world_size:
             failures = [r for r in self._receive(reports) if r.kind != "result"]
             if failures:
-                return self._stop(reports, _abort_error(failures[0]))
+                return self._stop(reports, abort_error(failures[0]))
 
     def _receive(self, reports: dict[int, Report]) -> list[Report]:
         """Add the reports that arrive within a short wait to `reports`; return them."""
@@ -136,8 +134,10 @@ class Cluster:
                 self._dead.add(report.rank)
         return new
 
-    def _stop(self, reports: dict[int, Report], error: CollectiveError) -> None:
-        """Abort the collective on every rank still running; kill (and replace) any that does not stop."""
+    def _stop(self, reports: dict[int, Report], error: CollectiveError) -> list[int]:
+        """Abort the collective on every rank still running; kill (and replace) any that does not stop.
+
+        Returns the ranks that did not stop in time (all ranks are then fresh processes)."""
         self._world.abort(error)
         deadline = time.monotonic() + GRACE
         while len(reports) < self.world_size and time.monotonic() < deadline:
@@ -149,80 +149,18 @@ class Cluster:
                 f"it did not stop within {GRACE:.0f} s, so the Cluster replaced all ranks", ranks=(rank,)))
         if stuck:
             self.restart()
+        return stuck
 
 
-def _abort_error(report: Report) -> CollectiveError:
-    """What the other ranks are told when `report`'s rank failed."""
-    if report.kind == "died":
-        return report.error  # RankFailure naming the dead rank: the survivors raise exactly this
-    return CollectiveAborted(f"rank {report.rank} failed ({type(report.error).__name__}: {report.error}); "
-                             f"this rank stopped its collective", ranks=(report.rank,))
-
-
-def _severity(report: Report) -> int:
-    """Lower is closer to the root cause: a death; the user's error or a mismatch; a rank stuck outside
-    any collective (the others' timeouts point at it, or at ranks that waited on it); then the effects."""
-    e = report.error
-    if report.kind == "died":
-        return 0
-    if isinstance(e, CollectiveMismatch) or not isinstance(e, CollectiveError):
-        return 1
-    if report.kind == "stuck":
-        return 2
-    return 3 if isinstance(e, (CollectiveTimeout, RankFailure)) else 4
-
-
-def root_cause(failures: list[Report], fn, where: str | None = None) -> BaseException:
-    """The exception to raise for failed ranks: the root cause, with its rank, remote traceback and the
-    other ranks' fate. `where` names the call (default "cluster.run(fn)")."""
-    cause = min(failures, key=_severity)  # min() keeps arrival order among equals
-    error = cause.error
-    if cause.traceback and error.__traceback__ is None:  # it came from another process
-        error.__cause__ = RemoteTraceback(_restore_sources(cause.traceback, fn))
-    where = where or f"cluster.run({getattr(fn, '__name__', repr(fn))})"
-    notes = [f"raised on rank {cause.rank} in {where}"]
-    others = [r for r in failures if r is not cause]
-    stopped = sorted(r.rank for r in others if type(r.error) is CollectiveAborted)
-    if stopped:
-        notes.append(f"rank(s) {', '.join(map(str, stopped))} stopped their collective because of it")
-    notes += [f"rank {r.rank} also raised {type(r.error).__name__}: {str(r.error)[:300]}"
-              for r in others if type(r.error) is not CollectiveAborted]
-    if cause.kind == "died":
-        notes.append("call cluster.restart() for a full world")
-    for note in notes:
-        _add_note(error, note)
-    return error
-
-
-def _restore_sources(text: str, fn) -> str:
-    """Put file names and source lines back into a rank's traceback: code shipped by value lost them."""
-    codes: dict[str, list] = {}
-    todo = [getattr(fn, "__code__", None)] + [getattr(f, "__code__", None) for f in getattr(fn, "__globals__", {}).values()]
-    while todo:
-        code = todo.pop()
-        if isinstance(code, types.CodeType):
-            codes.setdefault(code.co_name, []).append(code)
-            todo.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
-
-    def restore(match: re.Match) -> str:
-        line, name = int(match[1]), match[2]
-        for code in codes.get(name, []):
-            lines = [n for _, _, n in code.co_lines() if n is not None]
-            if lines and min(lines) <= line <= max(lines):
-                source = linecache.getline(code.co_filename, line).strip()
-                return f'File "{code.co_filename}", line {line}, in {name}' + (f"\n    {source}" if source else "")
-        return match[0]
-
-    return re.sub(r'File "<dynamic-code>", line (\d+), in (\S+)', restore, text)
-
-
-def _add_note(error: BaseException, note: str) -> None:
-    if hasattr(error, "add_note"):
-        error.add_note(note)
-
-
-def print_outputs(reports: dict[int, Report]) -> None:
-    """Print what each rank printed, prefixed by its rank, one rank after another."""
-    for rank in sorted(reports):
-        for line in reports[rank].output.splitlines():
-            print(f"[rank {rank}] {line}")
+def _interrupted(fn, running: list[int], replaced: list[int], world_size: int) -> str:
+    """The one paragraph a learner reads after interrupting cluster.run: what stopped, what was replaced."""
+    name = getattr(fn, "__name__", "fn")
+    if not running:
+        return f"cluster.run({name}) was interrupted after every rank had finished; the cluster is ready."
+    ranks = ", ".join(map(str, running))
+    if not replaced:
+        return (f"cluster.run({name}) was interrupted: rank(s) {ranks} stopped their collective; the same "
+                f"{world_size} rank processes are ready for the next run.")
+    return (f"cluster.run({name}) was interrupted: rank(s) {', '.join(map(str, replaced))} did not stop within "
+            f"{GRACE:g} s (busy outside any collective), so all {world_size} ranks were replaced by fresh "
+            f"processes (new PIDs and ports); the cluster is ready for the next run.")

@@ -23,7 +23,7 @@ from pathlib import Path
 import cloudpickle
 import numpy as np
 
-from .cluster import print_outputs, root_cause
+from .failures import print_outputs, root_cause
 from .shipping import ship
 from .worker import GRACE
 

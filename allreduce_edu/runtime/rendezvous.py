@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import secrets
 import socket
 import threading
@@ -19,7 +20,7 @@ import grpc
 from .._proto import rank_pb2 as pb
 from .._proto import rank_pb2_grpc
 from ..comm.auth import TLS, channel
-from ..comm.errors import RankFailure
+from ..comm.errors import CollectiveError, RankFailure
 from ..comm.grpc import GrpcCommunicator
 from .worker import become_rank
 
@@ -59,7 +60,9 @@ def init(timeout: float | None = None) -> GrpcCommunicator:
     comm.ranks_per_node = int(env.get("LOCAL_WORLD_SIZE", world_size))  # the hierarchical all-reduce's nodes
     # at exit, before Python joins gRPC's server threads (which wait for the peers' streams to end)
     getattr(threading, "_register_atexit", atexit.register)(shutdown, comm)
-    become_rank(rank, world_size, int(env.get(ENV + "LAUNCHER_PID", "0")) or None, interruptible=True)
+    become_rank(rank, world_size, int(env.get(ENV + "LAUNCHER_PID", "0")) or None, "launch",
+                interruptible=True)
+    sys.excepthook = _brief_collective_errors(sys.excepthook)
     # rendezvous: rank 0 collects every rank's address, every other rank asks it for the table
     if world_size > 1:
         if rank == 0:
@@ -194,3 +197,14 @@ def local_address(towards: str) -> str:
     with socket.socket(family, socket.SOCK_DGRAM) as s:
         s.connect(target)  # UDP connect only picks a route
         return s.getsockname()[0]
+
+
+def _brief_collective_errors(hook):
+    """An excepthook for launched ranks: a rank that fails because of another (a dead peer, a stopped or
+    mismatched collective) says so in one line; the rank that failed first shows its whole traceback."""
+    def excepthook(kind, error, tb):
+        if isinstance(error, CollectiveError):
+            print(f"{kind.__name__}: {str(error).splitlines()[0]}", file=sys.stderr, flush=True)
+        else:
+            hook(kind, error, tb)
+    return excepthook

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import cloudpickle
+import setproctitle
 
 from ..comm.errors import CollectiveError
 
@@ -78,10 +79,11 @@ class DeferredLog(logging.Handler):
 LOG = DeferredLog()
 
 
-def become_rank(rank: int, world_size: int, parent: int | None, *, interruptible: bool = False) -> None:
-    """What every rank process does first: share the cores, hand the GIL over often, exit when `parent` (the
-    pid that started it) is gone; unless `interruptible` (a launched script), also survive the notebook's
-    Ctrl-C and keep its logs for its next report."""
+def become_rank(rank: int, world_size: int, parent: int | None, role: str, *, interruptible: bool = False) -> None:
+    """What every rank process does first: show as `allreduce-edu rank R/N (role)` in ps, share the cores,
+    hand the GIL over often, exit when `parent` (the pid that started it) is gone; unless `interruptible`
+    (a launched script), also survive the notebook's Ctrl-C and keep its logs for its next report."""
+    setproctitle.setproctitle(f"allreduce-edu rank {rank}/{world_size} ({role}; parent pid {parent or '-'})")
     if not interruptible:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # "interrupt kernel" signals the whole group: the caller copes
         logger = logging.getLogger("allreduce_edu")
@@ -159,7 +161,7 @@ class ClusterStart:
 
     def connect(self):
         self._lock = threading.Lock()  # made here: a lock cannot travel to the new process
-        become_rank(self.rank, self.world_size, os.getppid())
+        become_rank(self.rank, self.world_size, os.getppid(), "cluster")
         from ..comm.grpc import GrpcCommunicator
 
         comm = GrpcCommunicator(self.rank, self.world_size, token=self.token, host=self.host,
@@ -209,7 +211,7 @@ class EngineStart:
     def connect(self):
         rank = int(os.environ.get("RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or 0)  # until the comm says
         world_size = int(os.environ.get("WORLD_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE") or 1)
-        become_rank(rank, world_size, os.getppid())
+        become_rank(rank, world_size, os.getppid(), f"{self.spec['engine']} engine")
         try:
             if self.spec["engine"] == "mpi":
                 from ..comm.mpi import MPICommunicator

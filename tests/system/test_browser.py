@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -64,16 +63,10 @@ ALL_CELLS_RAN = """() => {
 
 
 def chromium_or_skip() -> str:
-    """/usr/bin/chromium, installed with apt-get if missing and possible; else skip saying how to get it."""
-    if not os.path.exists(CHROMIUM) and os.geteuid() == 0 and shutil.which("apt-get"):
-        try:
-            subprocess.run(["apt-get", "-o", "DPkg::Lock::Timeout=30", "install", "-y", "chromium"],
-                           capture_output=True, timeout=60, check=False)
-        except subprocess.TimeoutExpired:
-            pass
+    """/usr/bin/chromium, or skip saying how to get it: tests never install system packages (.ci/run does)."""
     if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is missing and could not be installed; run "
-                    "`apt-get update && apt-get install -y chromium` (never `playwright install`)")
+        pytest.skip(f"{CHROMIUM} is missing: `apt-get install -y chromium` (as .ci/run does; never "
+                    "`playwright install`)")
     return CHROMIUM
 
 
