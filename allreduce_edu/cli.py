@@ -151,7 +151,8 @@ def build_parser() -> Parser:
                    help="multiply the size by this between rows (default 4)")
     p.add_argument("--iters", type=POSITIVE, default=20, help="timed iterations per row (default 20)")
     p.add_argument("--warmup", type=COUNT, default=5, help="untimed iterations first (default 5)")
-    p.add_argument("--dtype", default="float32", choices=("float32", "float64", "int32", "int64"))
+    p.add_argument("--dtype", default="float32", choices=("float32", "float64", "int32", "int64"),
+                   help="element type (default float32)")
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     p.add_argument("--peer", action="append", choices=("gloo", "mpi"), default=[],
                    help="also time this engine's own all-reduce in the same run (extras [torch], [mpi])")

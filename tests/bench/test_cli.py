@@ -23,7 +23,9 @@ def test_demo_checks_every_algorithm_against_numpy():
     rows = [line.split() for line in result.stdout.splitlines() if line.split() and line.split()[0] in ALGORITHMS]
     assert [r[0] for r in rows] == list(ALGORITHMS)
     assert all(r[-1] == "yes" for r in rows), result.stdout
-    assert "127.0.0.1:" in result.stdout
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("3 ranks over grpc") and lines[1].split()[:2] == ["algorithm", "steps"]
+    assert [line.split()[0] for line in lines[2:]] == list(ALGORITHMS)  # the header, then only rows
 
 
 def test_bench_prints_nccl_tests_columns_and_writes_json(tmp_path):

@@ -72,7 +72,16 @@ def test_mismatched_shapes_or_dtypes_raise_collective_mismatch_naming_the_ranks(
     message = str(info.value)
     assert f"rank {odd_rank} called" in message and all(w in message for w in words), message
     assert odd_rank in info.value.ranks and len(info.value.ranks) == 2
+    notes = getattr(info.value, "__notes__", [])
+    assert any("are involved" in note for note in notes), notes  # one message names every rank involved
+    assert len(notes) <= 3 and not any("also raised CollectiveMismatch" in note for note in notes), notes
     cluster.run(_whoami, "still works")
+
+
+def test_rank_processes_are_named_in_ps():
+    cluster = cluster_for("grpc", 4)
+    titles = [open(f"/proc/{p.pid}/cmdline", "rb").read().split(b"\0")[0].decode() for p in cluster._world.procs]
+    assert titles == [f"allreduce-edu rank {r}/4 (cluster; parent pid {os.getpid()})" for r in range(4)]
 
 
 def _killed_mid_collective(comm, victim):

@@ -67,6 +67,9 @@ def test_a_failing_rank_stops_the_launch_and_leaves_nothing_running(tmp_path):
     assert result.returncode != 0
     assert time.monotonic() - t0 < 60
     assert "rank 1 fails on purpose" in result.stderr and "exited with code 1" in result.stderr
+    followers = [line for line in result.stderr.splitlines() if not line.startswith("[rank 1]")]
+    assert not any("Traceback" in line for line in followers), result.stderr  # one line per other rank
+    assert len(result.stderr.strip().splitlines()) <= 4 + 3 + 1, result.stderr
     pids = [int((tmp_path / f"pid{r}").read_text()) for r in range(4)]
     assert all(gone(pid) for pid in pids), "a rank outlived its launcher"
 

@@ -43,9 +43,19 @@ def test_keyboard_interrupt_during_run_leaves_a_working_cluster(busy_rank):
     with ae.Cluster(3, timeout=30) as cluster:
         _interrupt_after(0.5)
         t0 = time.monotonic()
-        with pytest.raises(KeyboardInterrupt):
+        pids = [p.pid for p in cluster._world.procs]
+        with pytest.raises(KeyboardInterrupt) as interrupt:
             cluster.run(_long_loop, busy_rank)
         assert time.monotonic() - t0 < 10, "an interrupt must stop the ranks, not wait out their deadline"
+        message = str(interrupt.value)
+        assert message.startswith("cluster.run(_long_loop) was interrupted") and "ready" in message
+        if busy_rank is None:
+            assert "rank(s) 0, 1, 2 stopped their collective" in message and "the same 3" in message
+            assert [p.pid for p in cluster._world.procs] == pids
+        else:
+            assert "rank(s) 1 did not stop" in message and "replaced by fresh processes" in message
+            assert not set(p.pid for p in cluster._world.procs) & set(pids)
+        assert interrupt.value.__suppress_context__  # no multiprocessing/selectors frames in the report
         for algorithm in ALGORITHMS:  # nothing stale from the abandoned collective is received
             results = cluster.run(_check, algorithm)
             assert all(np.array_equal(r, np.arange(6.0) * 3 + 3) for r in results), algorithm
