@@ -82,7 +82,7 @@ def execute(nb: dict, folder: Path, timeout: float = 300.0) -> dict:
     import nbclient
     import nbformat
 
-    notebook = nbformat.from_dict(nb)
+    notebook = nbformat.reads(json.dumps(nb), as_version=4)  # sources as strings, as nbclient wants them
     nbclient.NotebookClient(notebook, timeout=timeout, kernel_name="python3", allow_errors=True,
                             resources={"metadata": {"path": str(folder)}}).execute()
     return json.loads(nbformat.writes(notebook))

@@ -218,7 +218,7 @@ class GrpcCommunicator(Communicator):
         return pb.PingReply(rank=self.rank, world_size=self.world_size)
 
     def _serve_join(self, request, context):
-        if self.rendezvous is None:  # set on rank 0 of an SPMD launch (allreduce_edu.launch)
+        if self.rendezvous is None:  # set on rank 0 of an SPMD launch (allreduce_edu.runtime.rendezvous)
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"rank {self.rank} runs no rendezvous")
         return self.rendezvous(request, context)
 

@@ -158,7 +158,7 @@ def explain_error(e: BaseException, shape, hint: str | None = None) -> str:
     notes = " ".join(getattr(e, "__notes__", []))
     where = re.search(r"raised on rank (\d+)", notes)
     rank = f"rank {where[1]}" if where else "a rank"
-    text = str(e).split("\n")[0]
+    text = str(e).split("\n")[0].strip()
     if isinstance(e, CollectiveTimeout):
         m = re.search(r"(rank \d+) waited past its deadline for (.+?) from (rank \d+)", text)
         waited = f"{m[1]} waited for {m[2]} from {m[3]}" if m else text

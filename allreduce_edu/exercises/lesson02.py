@@ -1,9 +1,9 @@
-"""Lesson 02 · naive all-reduce: write reduce-to-root + broadcast on real ranks; predict the root's bytes.
+"""Lesson 02 · naive all-reduce: write reduce-to-root + broadcast on real ranks; count the bytes.
 
-The checkers here (and lesson03's) run your function on real gRPC ranks with inputs that say where every
-number came from: element i of rank r is i·2^27 + 8^r, so any sum of pieces of them tells which ranks it
-contains (the base-8 digits below 2^27) and which positions (the part above). A `Spy` communicator hands
-your messages on and writes down what each one carried, so a checker can replay your traffic step by step.
+`check_naive_allreduce` runs your function on real gRPC ranks with the inputs of harness.py, which
+say where every number came from (element i of rank r is i·2^27 + 8^r), through a `Spy` comm that
+writes down what each message carried: so it can name the first message that differs from the
+picture.
 """
 
 from __future__ import annotations
@@ -12,40 +12,52 @@ import numpy as np
 
 from ..runtime import Cluster
 from ..comm.errors import CollectiveTimeout
-from .feedback import Feedback, failed, multiple_choice, passed  # noqa: F401
+from .feedback import Feedback, failed, multiple_choice, passed
 from .harness import ranks_text, result_problem, run_learner
-from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - for the notebook
+from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - the notebook's
 
-SOLUTIONS: dict[str, str] = {}  # TODO(issue 10): move into @exercise registrations
-
-SOLUTIONS["02.1"] = """def my_naive_allreduce(comm, x):
+NAIVE_SOLUTION = """def my_naive_allreduce(comm, x):
     if comm.rank != 0:
         comm.send(0, x, tag="reduce")              # 1. everyone sends x to the root ...
         return comm.recv(0, tag="broadcast")       # 4. ... and gets the sum back
-    total = x.copy()                               # 2. the root starts from its own x (a copy: x stays as it was)
+    total = x.copy()                               # 2. the root starts from its own x (a copy)
     for src in range(1, comm.world_size):
         total += comm.recv(src, tag="reduce")      #    and adds the others' in rank order
     for dst in range(1, comm.world_size):
         comm.send(dst, total, tag="broadcast")     # 3. then sends the sum to every other rank
     return total"""
 
-SOLUTIONS["02.2"] = """The root receives one S-byte buffer from each of the other N - 1 ranks and sends the sum back to each:
-    sent = received = (N - 1) * S = 7 * 1048576 = 7340032 bytes   (7 MiB each way)
-Every other rank sends S = 1 MiB and receives S."""
 
-SOLUTIONS["02.3"] = """a: every byte passes through the root's link, (N - 1)·S in and (N - 1)·S out, while each other rank
-moves only S each way. The root's link is busy N - 1 times longer than anyone else's, and that grows with N."""
+@exercise(
+    "02.1", "write reduce-to-root + broadcast", kind="code", function="my_naive_allreduce",
+    solution=NAIVE_SOLUTION,
+    explanation="""x.copy() matters: `total = x` would make total another name for the root's x, and
++= would write the others' data into the caller's array.""",
+    hints=("Split on comm.rank. Every rank except 0 does two things: "
+           'comm.send(0, x, tag="reduce"), then return comm.recv(0, tag="broadcast") — the sum, '
+           "when the root sends it.",
+           "Rank 0 starts from a copy of its own x, total = x.copy() (so x stays as it was), and "
+           'adds what arrives from each other rank: total += comm.recv(src, tag="reduce") for '
+           "src in range(1, comm.world_size).",
+           "Then rank 0 sends total to every other rank with the tag they wait for, "
+           'comm.send(dst, total, tag="broadcast") for dst in 1 … N − 1, and returns total.'),
+    key="""from allreduce_edu.exercises.lesson02 import check_naive_allreduce, hint, solution
 
-def check_naive_allreduce(fn, world_sizes=(3, 4), shapes=((10,), (100_003,)), timeout: float = 15.0,
-                          transport: str = "grpc") -> Feedback:
-    """Exercise 02.1: `fn(comm, x)` = reduce to rank 0 + broadcast from it, with send/recv, on real gRPC ranks.
+""" + NAIVE_SOLUTION + """
 
-    transport="local" runs the same checks on thread ranks (the tests use it for quick wrong answers).
+check_naive_allreduce(my_naive_allreduce)""")
+def check_naive_allreduce(fn, world_sizes=(3, 4), shapes=((10,), (100_003,)),
+                          timeout: float = 15.0, transport: str = "grpc") -> Feedback:
+    """Exercise 02.1: `fn(comm, x)` = reduce to rank 0 + broadcast from it, with send/recv, on gRPC.
+
+    transport="local" runs the same checks on thread ranks (the tests use it for quick wrong
+    answers).
     """
     for n in world_sizes:
         with Cluster(n, transport, timeout=timeout) as cluster:
             for shape in shapes:
-                reports, error = run_learner(cluster, fn, shape, ("send", "recv"), _naive_explain(n))
+                reports, error = run_learner(cluster, fn, shape, ("send", "recv"),
+                                             _naive_explain(n))
                 if error is not None:
                     return error
                 problem = _naive_problem(reports, cluster.trace, n, shape)
@@ -53,37 +65,39 @@ def check_naive_allreduce(fn, world_sizes=(3, 4), shapes=((10,), (100_003,)), ti
                     return failed(f"{n} ranks, x of shape {shape}: {problem}")
                 root_bytes = sum(e.nbytes for e in cluster.trace.events if e.dst == 0)
     s = int(np.prod(shapes[-1])) * 8
-    return passed(f"your naive all-reduce matches NumPy on {' and '.join(map(str, world_sizes))} gRPC ranks. "
-                  f"With {n} ranks and S = {s} bytes the root received {n - 1} messages, "
-                  f"{root_bytes} bytes = (N−1)·S, and sent as many; every other rank sent S once.")
+    return passed(f"your naive all-reduce matches NumPy on {' and '.join(map(str, world_sizes))} "
+                  f"gRPC ranks. With {n} ranks and S = {s} bytes the root received {n - 1} "
+                  f"messages, {root_bytes} bytes = (N−1)·S, and sent as many; every other rank "
+                  f"sent S once.")
 
 
 def _naive_explain(n: int):
     def explain(trace, error) -> str | None:
         for e in trace.events:
             if e.src != 0 and e.dst != 0:
-                return (f"rank {e.src} sent a message to rank {e.dst}: in the naive all-reduce every rank talks "
-                        f"only to the root, rank 0.")
+                return (f"rank {e.src} sent a message to rank {e.dst}: in the naive all-reduce "
+                        f"every rank talks only to the root, rank 0.")
         if not isinstance(error, CollectiveTimeout):
             return None
         senders = {e.src for e in trace.events if e.dst == 0}
         silent = sorted(set(range(1, n)) - senders)
         if silent:
-            return f"Rank(s) {silent} never sent their x to the root (with a tag the root receives)."
+            return (f"Rank(s) {silent} never sent their x to the root (with a tag the root "
+                    f"receives).")
         if not any(e.src == 0 for e in trace.events):
-            return ("The root never sent the sum back: after adding everything up, send the total to every "
-                    "other rank (the broadcast half).")
+            return ("The root never sent the sum back: after adding everything up, send the "
+                    "total to every other rank (the broadcast half).")
         return None
     return explain
 
 
 def _naive_problem(reports, trace, n: int, shape) -> str | None:
-    """The first thing wrong with a naive all-reduce's traffic, results or inputs; None if nothing is."""
+    """The first thing wrong with a naive all-reduce's traffic, results or inputs; or None."""
     for rank in range(1, n):
         for dst, *_ in reports[rank]["sends"]:
             if dst != 0:
-                return (f"rank {rank} sent a message to rank {dst}: in the naive all-reduce every rank talks "
-                        f"only to the root, rank 0.")
+                return (f"rank {rank} sent a message to rank {dst}: in the naive all-reduce every "
+                        f"rank talks only to the root, rank 0.")
     for rank in range(1, n):
         sends = reports[rank]["sends"]
         if not sends:
@@ -95,23 +109,27 @@ def _naive_problem(reports, trace, n: int, shape) -> str | None:
             return f"rank {rank} sent something other than its own x to the root: send x itself."
     root = reports[0]["sends"]
     if not root:
-        return ("the root never sent the sum back, so the other ranks only have their own data: after adding "
-                "everything up, send the total to every other rank (that is the broadcast half).")
+        return ("the root never sent the sum back, so the other ranks only have their own data: "
+                "after adding everything up, send the total to every other rank (that is the "
+                "broadcast half).")
     got = sorted(dst for dst, *_ in root)
     if got != list(range(1, n)):
         missing = sorted(set(range(1, n)) - set(got))
         if missing:
-            return f"the root sent the sum to ranks {got} but not to {missing}: send it to every rank 1..N-1."
-        return f"the root sent {len(root)} messages to ranks {got}: send the sum once to each other rank."
+            return (f"the root sent the sum to ranks {got} but not to {missing}: send it to every "
+                    f"rank 1..N-1.")
+        return (f"the root sent {len(root)} messages to ranks {got}: send the sum once to each "
+                f"other rank.")
     for dst, _, _, position, counts in root:
         if counts is None or position != 0:
-            return f"the root sent rank {dst} something that is not the sum of whole x's: send the total."
+            return (f"the root sent rank {dst} something that is not the sum of whole x's: send "
+                    f"the total.")
         if counts[0] == 0:
             return (f"the root sent rank {dst} a sum without its own x: start from the root's x "
                     f"(total = x.copy()), then add what arrives.")
         if counts != (1,) * n:
-            return (f"the root sent rank {dst} the data of {ranks_text(counts)}: receive from every other rank, "
-                    f"and add each x exactly once, before you send.")
+            return (f"the root sent rank {dst} the data of {ranks_text(counts)}: receive from "
+                    f"every other rank, and add each x exactly once, before you send.")
     into_root = sum(1 for e in trace.events if e.dst == 0)
     if into_root != n - 1:
         return f"the root received {into_root} messages; with {n} ranks it receives N−1 = {n - 1}."
@@ -121,14 +139,33 @@ def _naive_problem(reports, trace, n: int, shape) -> str | None:
             return problem
     for rank in range(n):
         if reports[rank]["modified"]:
-            hint = (" `total = x` makes total another name for x, so += writes into x: start from x.copy()."
-                    if rank == 0 else " Leave x as it is: send it, and return what the root sends back.")
-            return f"rank {rank}'s input x changed during your all-reduce: the caller's data must stay as it was.{hint}"
+            hint = (" `total = x` makes total another name for x, so += writes into x: start from "
+                    "x.copy()." if rank == 0 else
+                    " Leave x as it is: send it, and return what the root sends back.")
+            return (f"rank {rank}'s input x changed during your all-reduce: the caller's data must "
+                    f"stay as it was.{hint}")
     return None
 
 
+@exercise(
+    "02.2", "count the root's bytes", kind="number", answers=("sent", "received"),
+    todo="replace both None with numbers of bytes (what the root sends, and what it receives), "
+         "then run this cell again.",
+    hints=("Count the root's messages first: in the reduce half it hears from every other rank, in "
+           "the broadcast half it answers each of them. How many other ranks are there with N = 8?",
+           "Every message carries one whole buffer of S = 1 MiB = 1 << 20 bytes, and the root "
+           "never sends to itself. Answer in bytes, each direction on its own."),
+    solution="""The root receives one buffer of S bytes from each of the N - 1 other ranks,
+and sends the sum back to each of them:
+    sent = received = (N - 1) * S = 7 * 1048576 = 7340032 bytes   (7 MiB each way)
+Every other rank sends S = 1 MiB and receives S.""",
+    key="""from allreduce_edu.exercises.lesson02 import check_root_bytes
+
+my_root_sent = (8 - 1) * (1 << 20)       # the sum, once to each of the N − 1 other ranks
+my_root_received = (8 - 1) * (1 << 20)   # one x of S bytes from each of them
+check_root_bytes(my_root_sent, my_root_received)""")
 def check_root_bytes(sent, received, world_size: int = 8, nbytes: int = 1 << 20) -> Feedback:
-    """Exercise 02.2: bytes the naive root sends and receives in one all-reduce of S = 1 MiB on N = 8 ranks."""
+    """Exercise 02.2: bytes the naive root sends and receives (S = 1 MiB, N = 8 ranks)."""
     expected = (world_size - 1) * nbytes
     for name, value in (("sent", sent), ("received", received)):
         try:
@@ -137,32 +174,48 @@ def check_root_bytes(sent, received, world_size: int = 8, nbytes: int = 1 << 20)
             return failed(f"{name} must be a number of bytes.")
         if value == expected:
             continue
-        if value == world_size - 1 or value == (world_size - 1) * 1.0:
-            return failed(f"{name} = {value:g} looks like MiB (or a count of messages): answer in bytes, "
-                          f"e.g. 3 * 1048576.")
+        if value == world_size - 1:
+            return failed(f"{name} = {value:g} looks like MiB (or a count of messages): answer in "
+                          f"bytes, e.g. 3 * 1048576.")
         if value == world_size * nbytes:
-            return failed(f"{name} = N·S: the root does not send to or receive from itself — count N−1 peers.")
+            return failed(f"{name} = N·S: the root does not send to or receive from itself — count "
+                          f"N−1 peers.")
         if value == nbytes:
-            return failed(f"{name} = S: that is what each of the other ranks moves. The root talks to all N−1 of them.")
+            return failed(f"{name} = S: that is what each of the other ranks moves. The root talks "
+                          f"to all N−1 of them.")
         if value == 2 * (world_size - 1) * nbytes:
-            return failed(f"{name} = 2(N−1)·S: that is the root's traffic in both directions together; "
-                          f"give each direction on its own.")
-        return failed(f"{name} = {value:g} bytes is not it: how many other ranks does the root hear from "
-                      f"(and answer), and how many bytes is each message?")
-    return passed(f"the root receives and sends (N−1)·S = {world_size - 1} × {nbytes} = {expected} bytes each way "
-                  f"({expected >> 20} MiB); every other rank moves S = {nbytes >> 20} MiB each way.")
+            return failed(f"{name} = 2(N−1)·S: that is the root's traffic in both directions "
+                          f"together; give each direction on its own.")
+        return failed(f"{name} = {value:g} bytes is not it: how many other ranks does the root "
+                      f"hear from (and answer), and how many bytes is each message?")
+    return passed(f"the root receives and sends (N−1)·S = {world_size - 1} × {nbytes} = {expected} "
+                  f"bytes each way ({expected >> 20} MiB); every other rank moves "
+                  f"S = {nbytes >> 20} MiB each way.")
 
 
+@exercise(
+    "02.3", "why the root is the bottleneck", kind="choice",
+    hints=("Look back at the table you counted above: whose bytes grow with N, and whose stay "
+           "at S?",
+           "Would another rank as the root, or faster additions, change how many bytes must "
+           "cross the root's one link?"),
+    solution="""a: every byte passes through the root's link, (N - 1)·S in and (N - 1)·S out,
+while each other rank moves only S each way. The root's link is busy N - 1 times longer than
+anyone else's, and that grows with N.""",
+    key="""from allreduce_edu.exercises.lesson02 import check_bottleneck_answer
+
+my_choice = "a"   # every byte crosses the root's link: (N − 1)·S each way
+check_bottleneck_answer(my_choice)""")
 def check_bottleneck_answer(choice: str) -> Feedback:
     """Exercise 02.3: why is the root the bottleneck of the naive all-reduce? (a, b or c)"""
     answers = {
         "a": "",
-        "b": ("no: adding (N−1)·S bytes runs at memory speed (several GB/s) and is a small part of the time. "
-              "Count what crosses the root's link instead."),
-        "c": ("no: make any rank the root and it becomes the slow one. The imbalance is in the algorithm — "
-              "the trace shows the root moving N−1 times the bytes of any other rank."),
+        "b": ("no: adding (N−1)·S bytes runs at memory speed (several GB/s) and is a small part of "
+              "the time. Count what crosses the root's link instead."),
+        "c": ("no: make any rank the root and it becomes the slow one. The imbalance is in the "
+              "algorithm — the trace shows the root moving N−1 times the bytes of any other rank."),
     }
-    success = ("every byte of every rank passes through the root's one link, (N−1)·S in and (N−1)·S out, "
-               "while the other links carry S each way and sit idle most of the time. More ranks, "
-               "longer queue at the root: the time grows with N.")
+    success = ("every byte of every rank passes through the root's one link, (N−1)·S in and "
+               "(N−1)·S out, while the other links carry S each way and sit idle most of the time. "
+               "More ranks, longer queue at the root: the time grows with N.")
     return multiple_choice(choice, answers, right="a", success=success)

@@ -1,4 +1,9 @@
-"""Lesson 05 · choosing an algorithm: pick by the cost model, predict a crossover, explain float32 bits."""
+"""Lesson 05 · choosing an algorithm: pick by the cost model, predict a crossover, explain the bits.
+
+`check_choose` asks your `choose(nbytes, world_size, alpha, beta)` about sizes from 8 B to 1 GiB,
+2 to 512 ranks and three machines, and names the first case where its pick is not the fastest the
+model predicts.
+"""
 
 from __future__ import annotations
 
@@ -8,36 +13,26 @@ import numpy as np
 
 from ..bench import combine, measure
 from ..costmodel import predict
-from .feedback import Feedback, failed, multiple_choice, passed  # noqa: F401
-from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - for the notebook
-
-SOLUTIONS: dict[str, str] = {}  # TODO(issue 10): move into @exercise registrations
+from .feedback import Feedback, failed, multiple_choice, passed
+from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 
 #: the algorithms lesson 05 chooses among (lesson 04's four)
 CANDIDATES = ("ring", "tree", "recursive_doubling", "rabenseifner")
 
-SOLUTIONS["05.1"] = """def choose(nbytes, world_size, alpha, beta):
+CHOOSE_SOLUTION = """def choose(nbytes, world_size, alpha, beta):
     return min(["ring", "tree", "recursive_doubling", "rabenseifner"],
                key=lambda algorithm: predict(algorithm, world_size, nbytes, alpha, beta))"""
 
-SOLUTIONS["05.2"] = """Both times are straight lines in S; set them equal and solve for S. On N = 8 ranks:
-    tree: 2·⌈log2 8⌉·(α + S·β) = 6α + 6·S·β
-    ring: 2·(8 − 1)·α + 2·(8 − 1)/8·S·β = 14α + 1.75·S·β
-    6α + 6Sβ = 14α + 1.75Sβ  →  S = 8α / (4.25β) ≈ 1.88·α/β
-With α = 10 µs and 1/β = 20 GB/s: α/β = 200,000 bytes, so S ≈ 376,000 bytes (≈ 367 KiB).
-crossover("tree", "ring", 8, alpha, beta) computes it."""
 
-SOLUTIONS["05.3"] = """a: floating-point addition is not associative. Each partial sum is rounded to float32, so
-(x0 + x1) + (x2 + x3) (the tree) and ((x1 + x2) + x3) + x0 (the ring, for chunk 0) round differently.
-Both are equally good approximations of the exact sum; neither loses data on the wire."""
+def crossover(a: str, b: str, world_size: int, alpha: float, beta: float,
+              gamma: float = 0.0) -> float | None:
+    """The size in bytes where the model's times for algorithms `a` and `b` are equal (None: never).
 
-
-def crossover(a: str, b: str, world_size: int, alpha: float, beta: float, gamma: float = 0.0) -> float | None:
-    """The size in bytes where the model's times for algorithms `a` and `b` are equal (None: they never cross).
-
-    Every predicted time is a straight line c0 + c1·S in the size S, so the crossing is (c0_b − c0_a)/(c1_a − c1_b).
+    Every predicted time is a straight line c0 + c1·S in the size S, so the crossing is
+    (c0_b − c0_a)/(c1_a − c1_b).
     """
-    c0a, c0b = predict(a, world_size, 0, alpha, beta, gamma), predict(b, world_size, 0, alpha, beta, gamma)
+    c0a = predict(a, world_size, 0, alpha, beta, gamma)
+    c0b = predict(b, world_size, 0, alpha, beta, gamma)
     c1a = predict(a, world_size, 1, alpha, beta, gamma) - c0a
     c1b = predict(b, world_size, 1, alpha, beta, gamma) - c0b
     if math.isclose(c1a, c1b, rel_tol=1e-12, abs_tol=0.0):
@@ -46,13 +41,15 @@ def crossover(a: str, b: str, world_size: int, alpha: float, beta: float, gamma:
     return size if size > 0 else None
 
 
-def measure_rows(cluster, algorithms, sizes, dtype="float32", iters=20, warmup=5, budget=2.0) -> list[dict]:
-    """`bench.run`'s rows without its ping-pong (slow over emulated links): time, algbw, busbw per (algorithm, size)."""
+def measure_rows(cluster, algorithms, sizes, dtype="float32", iters=20, warmup=5,
+                 budget=2.0) -> list[dict]:
+    """`bench.run`'s rows without its ping-pong (slow over emulated links): time, algbw, busbw for
+    each (algorithm, size)."""
     return combine(cluster.run(measure, algorithms, sizes, dtype, iters, warmup, budget))
 
 
 def _grid():
-    """(nbytes, world_size, alpha, beta) points: 8 B … 1 GiB, 2 … 512 ranks, this laptop and a real cluster."""
+    """(nbytes, world_size, alpha, beta): 8 B … 1 GiB, 2 … 512 ranks, a laptop and a cluster."""
     sizes = [8 << (2 * k) for k in range(14)] + [3000, 100_000, 777_777, 5_000_000]
     machines = [(300e-6, 1 / 1.0e9), (10e-6, 1 / 20e9), (2e-3, 1 / 50e6)]
     for alpha, beta in machines:
@@ -65,73 +62,135 @@ def _describe(alpha: float, beta: float) -> str:
     return f"α = {alpha * 1e6:g} µs, 1/β = {1 / beta / 1e9:g} GB/s"
 
 
+@exercise(
+    "05.1", "choose the fastest algorithm by the model", kind="code", function="choose",
+    solution=CHOOSE_SOLUTION, needs={"predict": predict},
+    hints=("No size thresholds needed: the model already prices every algorithm. Ask it for each "
+           "of the four candidates' time and keep the fastest.",
+           "predict(algorithm, world_size, nbytes, alpha, beta) from allreduce_edu.costmodel "
+           "(imported at the top of this lesson) gives the predicted seconds. Mind its argument "
+           "order: world_size comes before nbytes.",
+           "Return the name whose predicted time is smallest: min over the four names, with "
+           "key=lambda algorithm: predict(algorithm, world_size, nbytes, alpha, beta)."),
+    key="""from allreduce_edu.exercises.lesson05 import check_choose, hint, solution
+
+""" + CHOOSE_SOLUTION + """
+
+check_choose(choose)""")
 def check_choose(choose) -> Feedback:
-    """Exercise 05.1: choose(nbytes, world_size, alpha, beta) names the algorithm the α-β model predicts fastest."""
+    """Exercise 05.1: choose(nbytes, world_size, alpha, beta) names the model's fastest."""
     for nbytes, n, alpha, beta in _grid():
         times = {a: predict(a, n, nbytes, alpha, beta) for a in CANDIDATES}
         best = min(times, key=times.get)
         try:
             got = choose(nbytes, n, alpha, beta)
         except Exception as e:  # noqa: BLE001 - the learner's code: report, don't crash
-            return failed(f"choose({nbytes}, {n}, {alpha:g}, {beta:g}) raised {type(e).__name__}: {e}")
+            return failed(f"choose({nbytes}, {n}, {alpha:g}, {beta:g}) raised "
+                          f"{type(e).__name__}: {e}")
         where = f"{nbytes:,} bytes on {n} ranks ({_describe(alpha, beta)})"
         if got not in times:
-            return failed(f"for {where} you returned {got!r}; return one of {', '.join(CANDIDATES)}.")
+            return failed(f"for {where} you returned {got!r}; return one of "
+                          f"{', '.join(CANDIDATES)}.")
         if times[got] > times[best] * (1 + 1e-9):
-            hint = ("small messages are priced by α: count the steps" if nbytes <= 1024 else
-                    "large messages are priced by β: count the bytes along the way" if nbytes >= 1 << 24 else
-                    "near a crossover, compare the full formulas, not a fixed threshold")
-            return failed(f"at {where} you chose {got} (predicted {times[got] * 1e6:,.1f} µs) but {best} is predicted "
-                          f"{times[best] * 1e6:,.1f} µs — {hint}; use costmodel.predict for each candidate.")
-    return passed("your choice matched the model's fastest algorithm at every size from 8 B to 1 GiB, for 2 to "
-                  "512 ranks, on a laptop, a real cluster and a slow emulated link.")
+            if nbytes <= 1024:
+                why = "small messages are priced by α: count the steps"
+            elif nbytes >= 1 << 24:
+                why = "large messages are priced by β: count the bytes along the way"
+            else:
+                why = "near a crossover, compare the full formulas, not a fixed threshold"
+            return failed(f"at {where} you chose {got} (predicted {times[got] * 1e6:,.1f} µs) but "
+                          f"{best} is predicted {times[best] * 1e6:,.1f} µs — {why}; use "
+                          f"costmodel.predict for each candidate.")
+    return passed("your choice matched the model's fastest algorithm at every size from 8 B to "
+                  "1 GiB, for 2 to 512 ranks, on a laptop, a real cluster and a slow emulated "
+                  "link.")
 
 
-def check_crossover(nbytes: float, alpha: float = 10e-6, beta: float = 1 / 20e9, world_size: int = 8) -> Feedback:
+@exercise(
+    "05.2", "predict the tree/ring crossover", kind="number",
+    todo="replace None with the crossover size in bytes (a number or an expression), then run this "
+         "cell again.",
+    hints=("Write both times for N = 8 as a·α + b·S·β: the tree takes 2⌈log2 8⌉ steps, each "
+           "moving the whole buffer S; the ring takes 2(N − 1) steps and moves 2(N − 1)/N·S "
+           "along the way.",
+           "Set the two equal, 6α + 6·S·β = 14α + 1.75·S·β, and solve for S. β is seconds per "
+           "byte, as beta_cluster = 1 / 20e9 already is."),
+    solution="""Both times are straight lines in S; set them equal and solve for S. On N = 8 ranks:
+    tree: 2·⌈log2 8⌉·(α + S·β) = 6α + 6·S·β
+    ring: 2·(8 − 1)·α + 2·(8 − 1)/8·S·β = 14α + 1.75·S·β
+    6α + 6Sβ = 14α + 1.75Sβ  →  S = 8α / (4.25β) ≈ 1.88·α/β
+With α = 10 µs and 1/β = 20 GB/s: α/β = 200,000 bytes, so S ≈ 376,000 bytes (≈ 367 KiB).
+crossover("tree", "ring", 8, alpha, beta) computes it.""",
+    key="""from allreduce_edu.exercises.lesson05 import check_crossover
+
+alpha_cluster, beta_cluster = 10e-6, 1 / 20e9
+my_crossover = 8 * alpha_cluster / (4.25 * beta_cluster)   # 6α + 6·S·β = 14α + 1.75·S·β
+check_crossover(my_crossover, alpha_cluster, beta_cluster, world_size=8)""")
+def check_crossover(nbytes, alpha: float = 10e-6, beta: float = 1 / 20e9,
+                    world_size: int = 8) -> Feedback:
     """Exercise 05.2: above which size (bytes) does the model make the ring faster than the tree?"""
     want = crossover("tree", "ring", world_size, alpha, beta)
     ratio = alpha / beta
     if not isinstance(nbytes, (int, float, np.integer, np.floating)) or not nbytes > 0:
         return failed("answer with a positive number of bytes.")
     if abs(nbytes - want) <= 0.05 * want:
-        return passed(f"{want:,.0f} bytes ({want / 1024:,.0f} KiB) = {want / ratio:.2f}·α/β: below it the tree's "
-                      f"fewer steps win, above it the ring's smaller messages.")
+        return passed(f"{want:,.0f} bytes ({want / 1024:,.0f} KiB) = {want / ratio:.2f}·α/β: below "
+                      f"it the tree's fewer steps win, above it the ring's smaller messages.")
     for unit, scale in (("KiB", 1024), ("kB", 1000), ("MiB", 1 << 20), ("MB", 1e6)):
         if abs(nbytes * scale - want) <= 0.05 * want:
-            return failed(f"that looks like {unit}: the checker wants bytes ({nbytes:g} {unit} = {nbytes * scale:,.0f} B).")
+            return failed(f"that looks like {unit}: the checker wants bytes ({nbytes:g} {unit} = "
+                          f"{nbytes * scale:,.0f} B).")
     if abs(nbytes - ratio) <= 0.05 * ratio:
-        return failed(f"α/β = {ratio:,.0f} bytes is where one message's α equals its bytes·β. The crossover also "
-                      f"depends on the step counts and bytes of each algorithm on {world_size} ranks: set the two "
-                      f"formulas equal and solve for S.")
+        return failed(f"α/β = {ratio:,.0f} bytes is where one message's α equals its bytes·β. The "
+                      f"crossover also depends on the step counts and bytes of each algorithm on "
+                      f"{world_size} ranks: set the two formulas equal and solve for S.")
     log = (world_size - 1).bit_length()
-    wrong_tree = (2 * (world_size - 1) - log) * alpha / ((log - 2 * (world_size - 1) / world_size) * beta)
+    ring_slope = 2 * (world_size - 1) / world_size
+    wrong_tree = (2 * (world_size - 1) - log) * alpha / ((log - ring_slope) * beta)
     if abs(nbytes - wrong_tree) <= 0.05 * abs(wrong_tree):
-        return failed("the tree has two phases, reduce and broadcast: 2·⌈log2 N⌉ steps, each moving the whole buffer.")
-    return failed(f"off by a factor {nbytes / want:.2f}: tree = 2⌈log2 N⌉(α + Sβ), ring = 2(N−1)α + 2(N−1)/N·Sβ; "
-                  f"set them equal and solve for S.")
+        return failed("the tree has two phases, reduce and broadcast: 2·⌈log2 N⌉ steps, each "
+                      "moving the whole buffer.")
+    return failed(f"off by a factor {nbytes / want:.2f}: tree = 2⌈log2 N⌉(α + Sβ), ring = "
+                  f"2(N−1)α + 2(N−1)/N·Sβ; set them equal and solve for S.")
 
 
+@exercise(
+    "05.3", "why ring and tree differ in the last bits", kind="choice",
+    hints=("Every message arrives byte for byte, and all four algorithms add in float32, the "
+           "inputs' dtype. What else differs between them?",
+           "Write out one element's additions: the tree computes (x0 + x1) + (x2 + x3), the ring "
+           "((x1 + x2) + x3) + x0. Does float32 give the same answer for both groupings?"),
+    solution="""a: floating-point addition is not associative. Each partial sum is rounded to
+float32, so (x0 + x1) + (x2 + x3) (the tree) and ((x1 + x2) + x3) + x0 (the ring, for chunk 0)
+round differently. Both are equally good approximations of the exact sum; neither loses data on
+the wire.""",
+    key="""from allreduce_edu.exercises.lesson05 import check_float_order_answer
+
+check_float_order_answer("a")""")
 def check_float_order_answer(choice: str) -> Feedback:
     """Exercise 05.3: why do ring and tree give different float32 bits? (a, b, c or d)"""
     answers = {
         "a": "",
-        "b": "no: every message arrives byte for byte (the wire carries raw bytes, and both results are within "
-             "rounding of the float64 sum). Look at the order of the additions.",
-        "c": "no: arrays travel as raw bytes, never as text; a round trip through text would be much further off.",
-        "d": "no: both add in float32, the input's dtype (NumPy's `+=` on float32 arrays). They add in different orders.",
+        "b": "no: every message arrives byte for byte (the wire carries raw bytes, and both "
+             "results are within rounding of the float64 sum). Look at the order of the additions.",
+        "c": "no: arrays travel as raw bytes, never as text; a round trip through text would be "
+             "much further off.",
+        "d": "no: both add in float32, the input's dtype (NumPy's `+=` on float32 arrays). They "
+             "add in different orders.",
     }
-    success = ("rounding after every addition makes float addition non-associative: a different grouping "
-               "gives different last bits, equally close to the exact sum.")
+    success = ("rounding after every addition makes float addition non-associative: a different "
+               "grouping gives different last bits, equally close to the exact sum.")
     return multiple_choice(choice, answers, right="a", success=success)
 
 
 def measured_crossover(rows, a: str = "tree", b: str = "ring") -> tuple[int | None, int] | None:
     """From measured rows: (the size below, the first size from which `b` stays faster than `a`).
 
-    The size below is None when `b` is faster at every measured size; the answer is None when `b` is not
-    faster at the largest size (no crossover in the range)."""
+    The size below is None when `b` is faster at every measured size; the answer is None when `b`
+    is not faster at the largest size (no crossover in the range)."""
     times = {(r["algorithm"], r["bytes"]): r["time_us"] for r in rows}
-    sizes = sorted({s for (name, s) in times if name == a} & {s for (name, s) in times if name == b})
+    sizes_of = {name: {s for (n, s) in times if n == name} for name in (a, b)}
+    sizes = sorted(sizes_of[a] & sizes_of[b])
     for i, size in enumerate(sizes):
         if all(times[b, s] < times[a, s] for s in sizes[i:]):
             return (sizes[i - 1] if i > 0 else None, size)

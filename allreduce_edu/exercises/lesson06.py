@@ -1,7 +1,8 @@
-"""Lesson 06 · Numba kernels: a stable variance, the memory-bandwidth ceiling, and why nogil lets kernels overlap.
+"""Lesson 06 · Numba kernels: a stable variance, the memory-bandwidth ceiling, why nogil overlaps.
 
-`check_variance` runs your `my_variance(row)` on rows with and without a large common offset, in float32 and
-float64, and compares with NumPy's two-pass variance in float64.
+`check_variance` runs your `my_variance(row)` on rows with and without a large common offset, in
+float32 and float64, and compares with NumPy's two-pass variance in float64. `try_variance` gives
+the same verdict on any formula without counting it as your attempt at exercise 06.1.
 """
 
 from __future__ import annotations
@@ -12,18 +13,14 @@ import timeit
 
 import numpy as np
 
-from .feedback import Feedback, failed, multiple_choice, passed  # noqa: F401
-from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - for the notebook
+from .feedback import Feedback, failed, multiple_choice, passed
+from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 
-SOLUTIONS: dict[str, str] = {}  # TODO(issue 10): move into @exercise registrations
+VARIANCE_SOLUTION = """def my_variance(row):
+    mean = row.sum(dtype=np.float64) / len(row)                          # pass 1: the mean
+    return float(((row - mean) ** 2).sum(dtype=np.float64) / len(row))   # pass 2: distances²"""
 
-SOLUTIONS["06.1"] = """Two passes: first the mean, then the mean of the squared distances from it. The distances are small,
-so nothing large cancels:
-def my_variance(row):
-    mean = row.sum(dtype=np.float64) / len(row)
-    return float(((row - mean) ** 2).sum(dtype=np.float64) / len(row))
-Or Welford's one pass (the running mean and the running sum of squared distances, updated per element):
-def my_variance(row):
+WELFORD_SOLUTION = """def my_variance(row):
     mean, m2 = 0.0, 0.0
     for k, v in enumerate(row, start=1):
         d = v - mean
@@ -31,24 +28,16 @@ def my_variance(row):
         m2 += d * (v - mean)
     return m2 / len(row)"""
 
-SOLUTIONS["06.2"] = """LayerNorm must read x once and write y once: 2 · rows · hidden · 4 bytes for float32. At best it moves
-them as fast as a copy does:
-    seconds = 2 * 8192 * 4096 * 4 / (copy_gbps * 1e9)
-(268 MB; at 20 GB/s that is 13.4 ms). So the kernel's GB/s can at best equal the copy's."""
-
-SOLUTIONS["06.3"] = """a: nogil=True makes Numba release the GIL while the compiled kernel runs. gRPC's threads in a rank
-hand every arriving frame to the mailbox in Python code, which needs the GIL: with it free, they keep receiving
-on the other core while the kernel reduces. A kernel that holds the GIL freezes every Python thread of its
-process until it returns."""
-
 
 def variance_rows() -> list[tuple[str, np.ndarray]]:
     """The checker's rows: (description, row); deterministic."""
     rng = np.random.default_rng(6)
     return [
         ("a float32 row with mean 0 (100 values)", rng.standard_normal(100).astype(np.float32)),
-        ("a float32 row of 1e3 + unit noise (4096 values)", (1e3 + rng.standard_normal(4096)).astype(np.float32)),
-        ("a float32 row of 1e4 + noise (777 values)", (1e4 + 0.5 * rng.standard_normal(777)).astype(np.float32)),
+        ("a float32 row of 1e3 + unit noise (4096 values)",
+         (1e3 + rng.standard_normal(4096)).astype(np.float32)),
+        ("a float32 row of 1e4 + noise (777 values)",
+         (1e4 + 0.5 * rng.standard_normal(777)).astype(np.float32)),
         ("a float32 row of equal values (10 values)", np.full(10, 5.0, np.float32)),
         ("a float64 row of 1e9 + unit noise (1000 values)", 1e9 + rng.standard_normal(1000)),
     ]
@@ -64,12 +53,12 @@ def _value(result):
 
 
 def _close(got: float, want: float, scale: float) -> bool:
-    """Within 1e-3 of want, relative; for want == 0 (a constant row), within rounding of the row's scale."""
+    """Within 1e-3 of want, relative; for want == 0 (a constant row), within rounding of scale."""
     return abs(got - want) <= (1e-3 * abs(want) if want else 1e-9 * scale)
 
 
-def check_variance(fn) -> Feedback:
-    """Exercise 06.1: `fn(row)` -> the population variance of a 1-D row, accurate with a large common offset."""
+def try_variance(fn) -> Feedback:
+    """What check_variance says about `fn(row)`, without recording an attempt at exercise 06.1."""
     results = []
     for what, row in variance_rows():
         try:
@@ -78,49 +67,122 @@ def check_variance(fn) -> Feedback:
             return failed(f"on {what}, your function raised {type(e).__name__}: {e}")
         value = _value(got)
         if value is None:
-            return failed(f"on {what}, your function returned {type(got).__name__} {np.shape(got)}: return one "
-                          f"number, the variance of the whole row.")
+            return failed(f"on {what}, your function returned {type(got).__name__} "
+                          f"{np.shape(got)}: return one number, the variance of the whole row.")
         results.append((what, row, value))
     for what, row, got in results:  # the centred row comes first: a wrong formula shows there
-        x = row.astype(np.float64)
-        want = float(np.var(x))
-        scale = float(np.mean(x) ** 2) + 1.0
-        if _close(got, want, scale):
-            continue
-        n = len(row)
-        if math.isfinite(got) and _close(got * got, want, scale) and want > 0:
-            return failed(f"on {what} you returned {got:.6g}, whose square is the variance {want:.6g}: you returned "
-                          f"the standard deviation. Drop the square root.")
-        if n > 1 and _close(got, want * n / (n - 1), scale) and want > 0:
-            return failed(f"on {what} you returned {got:.6g} = the sample variance (divided by n − 1); LayerNorm "
-                          f"uses the population variance: divide by n = {n}.")
-        if _close(got, float(np.mean(x * x)), scale):
-            return failed(f"on {what} you returned {got:.6g} = E[x²], the mean of the squares; the variance is the "
-                          f"mean of the squared distances from the mean, E[(x − mean)²] = {want:.6g}.")
-        if "mean 0" in what:
-            return failed(f"on {what} your variance is {got:.6g} but should be {want:.6g}: check the formula on "
-                          f"centred data first.")
-        if row.dtype == np.float64:
-            f32 = float(np.var(row.astype(np.float32).astype(np.float64)))
-            if abs(got - f32) <= 1e-3 * max(abs(f32), 1e-3):
-                return failed(f"on {what} you returned {got:.6g}, the variance of the row rounded to float32 "
-                              f"(1e9 + noise rounds to multiples of 64): keep the row's own dtype.")
-            return failed(f"on {what} your variance is {got:.6g} but should be {want:.6g}, though float32 rows "
-                          f"with offsets passed. It looks like E[x²] − E[x]² in float64: float64 only moves the "
-                          f"offset where the cancellation bites (here E[x²] ≈ 1e18, where float64 is spaced "
-                          f"{np.spacing(1e18):.0f} apart). Subtract the mean first (two passes) or use Welford.")
-        error = abs(got - want) / want if want else abs(got)
-        return failed(f"on {what} your variance is {got:.6g} but should be {want:.6g} (relative error {error:.1e}), "
-                      f"though it is right on a row with mean 0. That is the cancellation in E[x²] − E[x]²: two "
-                      f"numbers near {np.mean(x * x):.3g} are subtracted, and their rounding errors (float32 spacing "
-                      f"there is {np.spacing(np.float32(np.mean(x * x))):.3g}) swamp the true variance. Subtract the "
-                      f"mean first (two passes), or use Welford's update.")
-    return passed("your variance is within 1e-3 of float64's on centred rows, on float32 rows with offsets 1e3 and "
-                  "1e4, on a constant row and on float64 with offset 1e9: it never subtracts two huge numbers.")
+        problem = _variance_problem(what, row, got)
+        if problem:
+            return failed(problem)
+    return passed("your variance is within 1e-3 of float64's on centred rows, on float32 rows with "
+                  "offsets 1e3 and 1e4, on a constant row and on float64 with offset 1e9: it never "
+                  "subtracts two huge numbers.")
 
 
-def check_ceiling(seconds, copy_gbps: float, rows: int = 8192, hidden: int = 4096, itemsize: int = 4) -> Feedback:
-    """Exercise 06.2: the least time LayerNorm of a (rows, hidden) array can take, given a copy's GB/s."""
+def _variance_problem(what: str, row: np.ndarray, got: float) -> str | None:
+    """What is wrong with `got` as the variance of `row`, or None when it is close enough."""
+    x = row.astype(np.float64)
+    want = float(np.var(x))
+    scale = float(np.mean(x) ** 2) + 1.0
+    if _close(got, want, scale):
+        return None
+    n = len(row)
+    if math.isfinite(got) and _close(got * got, want, scale) and want > 0:
+        return (f"on {what} you returned {got:.6g}, whose square is the variance {want:.6g}: you "
+                f"returned the standard deviation. Drop the square root.")
+    if n > 1 and _close(got, want * n / (n - 1), scale) and want > 0:
+        return (f"on {what} you returned {got:.6g} = the sample variance (divided by n − 1); "
+                f"LayerNorm uses the population variance: divide by n = {n}.")
+    if _close(got, float(np.mean(x * x)), scale):
+        return (f"on {what} you returned {got:.6g} = E[x²], the mean of the squares; the variance "
+                f"is the mean of the squared distances from the mean, E[(x − mean)²] = "
+                f"{want:.6g}.")
+    if "mean 0" in what:
+        return (f"on {what} your variance is {got:.6g} but should be {want:.6g}: check the "
+                f"formula on centred data first.")
+    if row.dtype == np.float64:
+        f32 = float(np.var(row.astype(np.float32).astype(np.float64)))
+        if abs(got - f32) <= 1e-3 * max(abs(f32), 1e-3):
+            return (f"on {what} you returned {got:.6g}, the variance of the row rounded to float32 "
+                    f"(1e9 + noise rounds to multiples of 64): keep the row's own dtype.")
+        return (f"on {what} your variance is {got:.6g} but should be {want:.6g}, though float32 "
+                f"rows with offsets passed. It looks like E[x²] − E[x]² in float64: float64 only "
+                f"moves the offset where the cancellation bites (here E[x²] ≈ 1e18, where float64 "
+                f"is spaced {np.spacing(1e18):.0f} apart). Subtract the mean first (two passes) or "
+                f"use Welford.")
+    error = abs(got - want) / want if want else abs(got)
+    spacing = np.spacing(np.float32(np.mean(x * x)))
+    return (f"on {what} your variance is {got:.6g} but should be {want:.6g} (relative error "
+            f"{error:.1e}), though it is right on a row with mean 0. That is the cancellation in "
+            f"E[x²] − E[x]²: two numbers near {np.mean(x * x):.3g} are subtracted, and their "
+            f"rounding errors (float32 spacing there is {spacing:.3g}) swamp the true variance. "
+            f"Subtract the mean first (two passes), or use Welford's update.")
+
+
+@exercise(
+    "06.1", "a stable variance", kind="code", function="my_variance",
+    solution=VARIANCE_SOLUTION,
+    explanation="""Two passes: first the mean, then the mean of the squared distances from it. The
+distances are small, so nothing large cancels. Or Welford's one pass (the running mean and the
+running sum of squared distances, updated per element):
+""" + WELFORD_SOLUTION,
+    hints=("E[x²] − E[x]² subtracts two huge, nearly equal numbers when the row has a large mean. "
+           "Find the mean first, then work only with the distances from it.",
+           "Two passes: mean = row.sum(dtype=np.float64) / len(row), then the mean of "
+           "(row - mean) ** 2. Divide by n = len(row), not n − 1, and return one number.",
+           "In one pass, Welford's update does it: for k, v in enumerate(row, start=1): "
+           "d = v − mean; mean += d / k; m2 += d * (v − mean). The variance is m2 / len(row)."),
+    key="""from allreduce_edu.exercises.lesson06 import check_variance, hint, solution
+
+""" + VARIANCE_SOLUTION + """
+
+check_variance(my_variance)""")
+def check_variance(fn) -> Feedback:
+    """Exercise 06.1: `fn(row)` -> the population variance of a 1-D row, even with an offset."""
+    return try_variance(fn)
+
+
+def _ceiling_hints(itemsize: int) -> list[tuple[float, str]]:
+    """(answer / right answer, what it suggests) for the usual slips in exercise 06.2."""
+    bits = "that counts bits: GB/s is gigabytes per second, so use bytes (4 per float32)."
+    gib = "GB/s means 10^9 bytes per second here, not GiB (2^30)."
+    return [
+        (0.5, "that moves x only once: LayerNorm also writes its output, another rows × hidden × 4 "
+              "bytes."),
+        (2.0, "that counts x read twice (or more) plus the write: a good kernel keeps each row in "
+              "cache while it computes the mean and the variance, so x leaves memory only once — "
+              "read once, write once."),
+        (1.5, "that counts three arrays moved: that is add_layernorm (acc and incoming read, one "
+              "written). Plain LayerNorm reads x once and writes y once."),
+        (1e3, "that looks like milliseconds: the checker wants seconds."),
+        (1e6, "that looks like microseconds: the checker wants seconds."),
+        (8.0, bits),
+        (1 / 8, bits),
+        (1 / itemsize, "that counts elements, not bytes: each float32 is 4 bytes."),
+        (2 ** 30 / 1e9, gib),
+        (1e9 / 2 ** 30, gib),
+    ]
+
+
+@exercise(
+    "06.2", "predict LayerNorm's least time", kind="number",
+    todo="replace None with the least time in seconds (an expression using copy_gbps is fine), "
+         "then run this cell again.",
+    hints=("LayerNorm must read every element of x at least once and write every element of y "
+           "once. How many bytes is that for an (8192, 4096) float32 array?",
+           "At best those bytes move as fast as the copy moved its own: seconds = bytes / "
+           "(copy_gbps * 1e9), since GB/s is 10^9 bytes per second."),
+    solution="""LayerNorm must read x once and write y once: 2 · rows · hidden · 4 bytes for
+float32. At best it moves them as fast as a copy does:
+    seconds = 2 * 8192 * 4096 * 4 / (copy_gbps * 1e9)
+(268 MB; at 20 GB/s that is 13.4 ms). So the kernel's GB/s can at best equal the copy's.""",
+    key="""from allreduce_edu.exercises.lesson06 import check_ceiling
+
+my_seconds = 2 * 8192 * 4096 * 4 / (copy_gbps * 1e9)   # read x once, write y once, at copy speed
+check_ceiling(my_seconds, copy_gbps)""")
+def check_ceiling(seconds, copy_gbps: float, rows: int = 8192, hidden: int = 4096,
+                  itemsize: int = 4) -> Feedback:
+    """Exercise 06.2: the least time LayerNorm of a (rows, hidden) array takes at `copy_gbps`."""
     try:
         seconds = float(seconds)
     except (TypeError, ValueError):
@@ -132,47 +194,51 @@ def check_ceiling(seconds, copy_gbps: float, rows: int = 8192, hidden: int = 409
     expected = 2 * nbytes / bw
     ratio = seconds / expected
     if abs(ratio - 1) <= 0.03:
-        return passed(f"{seconds * 1e3:.2f} ms: read x once and write y once, 2 × {nbytes} bytes at "
-                      f"{copy_gbps:.1f} GB/s. No LayerNorm can beat that, so its GB/s (bytes read + written / time) "
-                      f"is at most the copy's, {copy_gbps:.1f} GB/s.")
-    hints = [
-        (0.5, "that moves x only once: LayerNorm also writes its output, another rows × hidden × 4 bytes."),
-        (2.0, ("that counts x read twice (or more) plus the write: a good kernel keeps each row in cache while it "
-               "computes the mean and the variance, so x leaves memory only once — read once, write once.")),
-        (1.5, ("that counts three arrays moved: that is add_layernorm (acc and incoming read, one written). Plain "
-               "LayerNorm reads x once and writes y once.")),
-        (1e3, "that looks like milliseconds: the checker wants seconds."),
-        (1e6, "that looks like microseconds: the checker wants seconds."),
-        (8.0, "that counts bits: GB/s is gigabytes per second, so use bytes (4 per float32)."),
-        (1 / 8, "that counts bits: GB/s is gigabytes per second, so use bytes (4 per float32)."),
-        (1 / itemsize, "that counts elements, not bytes: each float32 is 4 bytes."),
-        (2 ** 30 / 1e9, "GB/s means 10^9 bytes per second here, not GiB (2^30)."),
-        (1e9 / 2 ** 30, "GB/s means 10^9 bytes per second here, not GiB (2^30)."),
-    ]
-    for factor, hint in hints:
+        return passed(f"{seconds * 1e3:.2f} ms: read x once and write y once, 2 × {nbytes} bytes "
+                      f"at {copy_gbps:.1f} GB/s. No LayerNorm can beat that, so its GB/s (bytes "
+                      f"read + written / time) is at most the copy's, {copy_gbps:.1f} GB/s.")
+    for factor, why in _ceiling_hints(itemsize):
         if abs(ratio / factor - 1) <= 0.03:
-            return failed(hint)
-    return failed(f"you are off by a factor {ratio:.2f}: count the bytes LayerNorm must move at least "
-                  f"(rows × hidden × 4 bytes each way) and divide by the copy's bytes per second.")
+            return failed(why)
+    return failed(f"you are off by a factor {ratio:.2f}: count the bytes LayerNorm must move at "
+                  f"least (rows × hidden × 4 bytes each way) and divide by the copy's bytes per "
+                  f"second.")
 
 
+@exercise(
+    "06.3", "why nogil lets a kernel overlap", kind="choice",
+    hints=("What does a gRPC receive thread need to run its Python code, and who holds it while a "
+           "compiled kernel runs?",
+           "Remember experiment 1: beside the kernel that holds the GIL the Python work waited for "
+           "the whole kernel; beside the nogil one it did not. Both ran in this process, on the "
+           "CPU."),
+    solution="""a: nogil=True makes Numba release the GIL while the compiled kernel runs. gRPC's
+threads in a rank hand every arriving frame to the mailbox in Python code, which needs the GIL:
+with it free, they keep receiving on the other core while the kernel reduces. A kernel that holds
+the GIL freezes every Python thread of its process until it returns.""",
+    key="""from allreduce_edu.exercises.lesson06 import check_nogil_answer
+
+check_nogil_answer("a")""")
 def check_nogil_answer(choice: str) -> Feedback:
-    """Exercise 06.3: why can a Numba kernel with nogil=True overlap with a rank's gRPC threads? (a, b, c or d)"""
+    """Exercise 06.3: why can a nogil=True kernel overlap with a rank's gRPC threads? (a to d)"""
     answers = {
         "a": "",
-        "b": "no: Numba runs the kernel in the calling thread of the same process, on the same memory (nothing is "
-             "copied). The question is what that thread holds while it runs.",
-        "c": "not quite: gRPC's C core runs without the GIL, but each arriving frame is handed to the rank's mailbox "
-             "by Python code, which needs the GIL. Remember experiment 1: beside the GIL-holding kernel, the Python work waited for the whole kernel.",
-        "d": "no: there is no GPU here; Numba compiles for the CPU, and the kernel runs in the calling thread.",
+        "b": "no: Numba runs the kernel in the calling thread of the same process, on the same "
+             "memory (nothing is copied). The question is what that thread holds while it runs.",
+        "c": "not quite: gRPC's C core runs without the GIL, but each arriving frame is handed to "
+             "the rank's mailbox by Python code, which needs the GIL. Remember experiment 1: "
+             "beside the GIL-holding kernel, the Python work waited for the whole kernel.",
+        "d": "no: there is no GPU here; Numba compiles for the CPU, and the kernel runs in the "
+             "calling thread.",
     }
-    success = ("nogil=True releases the GIL for as long as the compiled code runs, so the rank's gRPC threads "
-               "(Python code that moves frames into the mailbox) keep running on the other core. Without it, "
-               "every Python thread of the process waits until the kernel returns.")
+    success = ("nogil=True releases the GIL for as long as the compiled code runs, so the rank's "
+               "gRPC threads (Python code that moves frames into the mailbox) keep running on the "
+               "other core. Without it, every Python thread of the process waits until the kernel "
+               "returns.")
     return multiple_choice(choice, answers, right="a", success=success)
 
 
 def median_seconds(call, repeat: int = 5) -> float:
-    """Median wall time of `call()` over `repeat` runs, after one warm-up run (page faults, first-call compile)."""
+    """Median wall time of `call()` over `repeat` runs, after a warm-up (page faults, compile)."""
     call()
     return statistics.median(timeit.repeat(call, number=1, repeat=repeat))

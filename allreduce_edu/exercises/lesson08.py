@@ -1,4 +1,5 @@
-"""Lesson 08 · data-parallel training: average gradients on real ranks, count bucketed messages, explain the win."""
+"""Lesson 08 · data-parallel training: average gradients on real ranks, count bucketed messages,
+explain the win."""
 
 from __future__ import annotations
 
@@ -15,30 +16,20 @@ from ..training import (
     shard,
     train_single,
 )
-from .feedback import Feedback, failed, multiple_choice, passed  # noqa: F401
-from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - for the notebook
+from .feedback import Feedback, failed, multiple_choice, passed
+from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 
-SOLUTIONS: dict[str, str] = {}  # TODO(issue 10): move into @exercise registrations
+AVERAGE_SOLUTION = """def average_gradients(comm, grads):
+    # one sum all-reduce per gradient, then one division; allreduce returns a new array
+    return [allreduce_edu.allreduce(comm, g, op="sum") / comm.world_size for g in grads]"""
 
-SOLUTIONS["08.1"] = """def average_gradients(comm, grads):
-    return [allreduce_edu.allreduce(comm, g, op="sum") / comm.world_size for g in grads]
-# one all-reduce per tensor, then one division; a new list (allreduce never changes its input)"""
-
-SOLUTIONS["08.2"] = """A ring all-reduce is N-1 reduce-scatter steps and N-1 all-gather steps; in every step every rank
-sends one message. So one all-reduce costs each rank 2(N-1) messages, whatever its size.
-Per tensor: tensors · 2(N-1) = 10 · 2 · 7 = 140 messages per step from rank 0.
-One bucket: one all-reduce, 2(N-1) = 14 messages per step."""
-
-SOLUTIONS["08.3"] = """b: every all-reduce pays the fixed latency 2(N-1)·α once, whatever it carries. Small tensors are all
-latency, so putting T of them in one bucket saves (T-1)·2(N-1)·α. Big tensors are all bytes: the ring's
-2(N-1)/N·S·β is the same whether S travels in one all-reduce or in many, so there is little left to save."""
-
-# the checker's world: 3 ranks (odd), tensors of sizes 60, 10, 100, 10, 20, 2 (one smaller than world_size)
+# the checker's world: 3 ranks (odd), tensors of 60, 10, 100, 10, 20, 2 elements (one < world_size)
 _SIZES, _WORLD, _BATCH, _STEPS, _LR = (6, 10, 10, 2), 3, 48, 4, 0.2
 
 
 def _train_with(comm, fn, params, X, y, steps, lr, batch):
-    """Run on every rank: SGD whose gradients the learner's fn(comm, grads) averages; what it returned at step 0."""
+    """Run on every rank: SGD whose gradients the learner's fn(comm, grads) averages; what it
+    returned at step 0."""
     first = None
     for step in range(steps):
         idx = shard(comm, step, len(y), batch)
@@ -58,113 +49,222 @@ def _scale(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.vdot(got, want) / np.vdot(want, want))
 
 
+def _raised_hint(e: BaseException) -> str:
+    """A hint for an exception the learner's function raised on a rank."""
+    kind, text = type(e).__name__, str(e)
+    if "Timeout" in kind or "Mismatch" in kind:
+        return " Every rank must all-reduce every gradient, in the same order."
+    if "inhomogeneous" in text or "setting an array element with a sequence" in text:
+        return (" allreduce takes one array, and grads is a list of arrays of different shapes: "
+                "all-reduce each gradient on its own and return the list of results.")
+    if "no attribute 'allreduce'" in text or "no attribute 'all_reduce'" in text:
+        return (" The all-reduce is a function of the package, not a method of comm: "
+                "allreduce_edu.allreduce(comm, g, op=\"sum\").")
+    if "object has no attribute" in text and "Communicator" in text:
+        return (" comm has comm.rank and comm.world_size (and send, recv, sendrecv); the number of "
+                "ranks is comm.world_size.")
+    if "unknown op" in text:
+        return (" There is no averaging op: all-reduce with op=\"sum\", then divide by "
+                "comm.world_size.")
+    if "missing 1 required positional argument" in text and "allreduce" in text:
+        return (" allreduce takes the communicator first: "
+                "allreduce_edu.allreduce(comm, g, op=\"sum\").")
+    return (" Run it yourself to see the traceback: Cluster(3, transport=\"local\")"
+            ".run(average_gradients, [np.ones(3), np.ones((2, 2))]).")
+
+
+@exercise(
+    "08.1", "average the gradients over the ranks", kind="code", function="average_gradients",
+    solution=AVERAGE_SOLUTION,
+    explanation="One all-reduce per tensor, then one division: a new list (allreduce never changes "
+                "its input).",
+    hints=("grads is a list of arrays of different shapes: all-reduce each one on its own. "
+           "allreduce_edu.allreduce(comm, g, op=\"sum\") returns a new array, the sum over all "
+           "ranks; it does not change g.",
+           "The average is that sum divided by comm.world_size. Build and return a new list with "
+           "[... for g in grads]: `g = ...` inside a for loop does not change the list."),
+    key="""from allreduce_edu.exercises.lesson08 import check_average_gradients, hint, solution
+
+""" + AVERAGE_SOLUTION + """
+
+check_average_gradients(average_gradients)""")
 def check_average_gradients(fn) -> Feedback:
-    """Exercise 08.1: `fn(comm, grads)` returns every gradient averaged over the ranks; a few SGD steps on 3 gRPC ranks."""
+    """Exercise 08.1: `fn(comm, grads)` returns every gradient averaged over the ranks; a few SGD
+    steps on 3 gRPC ranks."""
     X, y = make_dataset(n=96, features=_SIZES[0], classes=_SIZES[-1], seed=1)
     params = MLP(_SIZES, seed=1).params
     with Cluster(_WORLD, timeout=5) as cluster:
         try:
             results = cluster.run(_train_with, fn, params, X, y, _STEPS, _LR, _BATCH)
         except Exception as e:  # noqa: BLE001 - the learner's code: report, don't crash
-            hint = (" Every rank must all-reduce every gradient, in the same order." if "Timeout" in type(e).__name__
-                    or "Mismatch" in type(e).__name__ else "")
-            text = str(e)[:300].rstrip(".")
-            return failed(f"your function raised {type(e).__name__}: {text}{'' if text.endswith('?') else '.'}{hint}")
+            text = str(e).split("\n")[0][:300].rstrip(".")
+            return failed(f"your function raised {type(e).__name__}: {text}"
+                          f"{'' if text.endswith('?') else '.'}{_raised_hint(e)}")
         sends = cluster.trace.messages_sent().get(0, 0)
     n = _WORLD
     idx = global_batch(0, len(y), _BATCH)
-    full = loss_and_grads(params, X[idx], y[idx])[1]  # the full-batch gradient: what every rank should get
+    full = loss_and_grads(params, X[idx], y[idx])[1]  # the full-batch gradient: every rank's goal
     for rank, ((mine, averaged), _) in enumerate(results):
-        if averaged is None:
-            return failed(f"rank {rank}'s function returned None: return the list of averaged gradients "
-                          f"(if you changed `grads` in place, return grads).")
-        if not isinstance(averaged, (list, tuple)):
-            return failed(f"rank {rank} returned a {type(averaged).__name__}; return a list with one averaged array "
-                          f"per gradient ({len(params)} here).")
-        if len(averaged) != len(params):
-            return failed(f"rank {rank} returned {len(averaged)} arrays for {len(params)} gradients: average each "
-                          f"gradient and return them all, in order.")
-        for k, (got, want, own) in enumerate(zip(averaged, full, mine)):
-            got = np.asarray(got, float)
-            where = f"rank {rank}, gradient {k} (shape {want.shape})"
-            if got.shape != want.shape:
-                return failed(f"{where}: you returned shape {got.shape}; keep every gradient's shape.")
-            if np.allclose(got, want, rtol=1e-9, atol=1e-12):
-                continue
-            if np.allclose(got, own, rtol=1e-9, atol=1e-12):
-                return failed(f"{where} is still this rank's own gradient: the all-reduce's result never reached "
-                              f"what you return. allreduce returns a new array (it does not change its input), and "
-                              f"`g = ...` inside a for loop does not change the list: build a new list.")
-            if np.allclose(got, own / n, rtol=1e-9, atol=1e-12):
-                return failed(f"{where} is this rank's own gradient / world_size: you divided, but threw away the "
-                              f"all-reduce's result. allreduce returns a new array; keep it.")
-            s = _scale(got, want)
-            if abs(s - n) < 1e-6:
-                return failed(f"{where} is {n}× the full-batch gradient: you summed but forgot to divide by "
-                              f"comm.world_size.")
-            if abs(s - 1 / n) < 1e-6:
-                return failed(f"{where} is 1/{n} of the full-batch gradient: you divided by world_size twice "
-                              f"(once before the all-reduce and once after?). Divide once.")
-            return failed(f"{where} differs from the full-batch gradient by up to {np.abs(got - want).max():.2e}: "
-                          f"all-reduce it with op=\"sum\" and divide by comm.world_size.")
+        problem = _step0_problem(rank, mine, averaged, full, n)
+        if problem:
+            return failed(problem)
     _, reference = train_single(params, X, y, steps=_STEPS, lr=_LR, batch=_BATCH)
     for rank, (_, final) in enumerate(results):
-        if final is None or any(not np.allclose(a, b, rtol=1e-9, atol=1e-12) for a, b in zip(final, reference)):
-            return failed(f"step 0 was right, but after {_STEPS} steps rank {rank}'s weights differ from "
-                          f"single-process training: does your function keep state between calls?")
-    return passed(f"{_STEPS} SGD steps on {n} gRPC ranks end with the same weights as single-process training "
-                  f"(to 1e-9); rank 0 sent {sends} messages: {len(params)} tensors × 2(N-1) = "
-                  f"{len(params) * 2 * (n - 1)} per step.")
+        if final is None or any(not np.allclose(a, b, rtol=1e-9, atol=1e-12)
+                                for a, b in zip(final, reference)):
+            return failed(f"step 0 was right, but after {_STEPS} steps rank {rank}'s weights "
+                          f"differ from single-process training: does your function keep state "
+                          f"between calls?")
+    return passed(f"{_STEPS} SGD steps on {n} gRPC ranks end with the same weights as "
+                  f"single-process training (to 1e-9); rank 0 sent {sends} messages: {len(params)} "
+                  f"tensors × 2(N-1) = {len(params) * 2 * (n - 1)} per step.")
+
+
+def _step0_problem(rank: int, mine, averaged, full, n: int) -> str | None:
+    """What is wrong with what `rank` returned at step 0; None if it is the full-batch gradient."""
+    if averaged is None:
+        return (f"rank {rank}'s function returned None: return the list of averaged gradients "
+                f"(if you changed `grads` in place, return grads).")
+    if not isinstance(averaged, (list, tuple)):
+        return (f"rank {rank} returned a {type(averaged).__name__}; return a list with one "
+                f"averaged array per gradient ({len(full)} here).")
+    if len(averaged) != len(full):
+        return (f"rank {rank} returned {len(averaged)} arrays for {len(full)} gradients: average "
+                f"each gradient and return them all, in order.")
+    for k, (got, want, own) in enumerate(zip(averaged, full, mine)):
+        try:
+            got = np.asarray(got, float)
+        except (TypeError, ValueError):
+            return (f"rank {rank}, gradient {k}: you returned a {type(got).__name__}, not an array "
+                    f"of numbers.")
+        where = f"rank {rank}, gradient {k} (shape {want.shape})"
+        if got.shape != want.shape:
+            return f"{where}: you returned shape {got.shape}; keep every gradient's shape."
+        if np.allclose(got, want, rtol=1e-9, atol=1e-12):
+            continue
+        if np.allclose(got, own, rtol=1e-9, atol=1e-12):
+            return (f"{where} is still this rank's own gradient: the all-reduce's result never "
+                    f"reached what you return. allreduce returns a new array (it does not change "
+                    f"its input), and `g = ...` inside a for loop does not change the list: build "
+                    f"a new list.")
+        if np.allclose(got, own / n, rtol=1e-9, atol=1e-12):
+            return (f"{where} is this rank's own gradient / world_size: you divided, but threw "
+                    f"away the all-reduce's result. allreduce returns a new array; keep it.")
+        s = _scale(got, want)
+        if abs(s - n) < 1e-6:
+            return (f"{where} is {n}× the full-batch gradient: you summed but forgot to divide by "
+                    f"comm.world_size.")
+        if abs(s - 1 / n) < 1e-6:
+            return (f"{where} is 1/{n} of the full-batch gradient: you divided by world_size twice "
+                    f"(once before the all-reduce and once after?). Divide once.")
+        if np.allclose(got, np.floor(want), atol=1e-9) and not np.allclose(want, np.floor(want)):
+            return f"{where} is rounded down to whole numbers: // rounds. Divide with /."
+        return (f"{where} differs from the full-batch gradient by up to "
+                f"{np.abs(got - want).max():.2e}: all-reduce it with op=\"sum\" and divide by "
+                f"comm.world_size.")
+    return None
 
 
 def messages_per_step(tensors: int, world_size: int, bucket_bytes: int | None) -> int:
-    """Messages rank 0 sends in one step's gradient all-reduces, counted from a real (local) trace."""
+    """Messages rank 0 sends in one step's gradient all-reduces, counted in a real (local) trace."""
     grads = [np.ones(3) for _ in range(tensors)]  # tiny tensors: one bucket holds them all
     with Cluster(world_size, transport="local") as cluster:
         cluster.run(allreduce_gradients, grads, bucket_bytes)
         return cluster.trace.messages_sent().get(0, 0)
 
 
-def check_message_prediction(per_tensor, one_bucket, tensors: int = 10, world_size: int = 8) -> Feedback:
-    """Exercise 08.2: messages rank 0 sends per step with ring all-reduce, one per tensor vs one bucket."""
+def _whole(value):
+    """An int for a whole number of messages (5 or 5.0), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return int(value)
+    return None
+
+
+@exercise(
+    "08.2", "count the messages, per tensor and bucketed", kind="number",
+    answers=("per_tensor", "one_bucket"),
+    todo="replace both None with numbers of messages (per tensor, then one bucket), then run this "
+         "cell again.",
+    hints=("Count one ring all-reduce first (lesson 03): N − 1 reduce-scatter steps and N − 1 "
+           "all-gather steps, and in every step every rank sends one message.",
+           "One all-reduce per tensor is 10 all-reduces every step; one bucket is a single "
+           "all-reduce, whatever it holds."),
+    solution="""A ring all-reduce is N-1 reduce-scatter steps and N-1 all-gather steps; in every
+step every rank sends one message. So one all-reduce costs each rank 2(N-1) messages, whatever its
+size.
+Per tensor: tensors · 2(N-1) = 10 · 2 · 7 = 140 messages per step from rank 0.
+One bucket: one all-reduce, 2(N-1) = 14 messages per step.""",
+    key="""from allreduce_edu.exercises.lesson08 import check_message_prediction, hint, solution
+
+my_per_tensor = 10 * 2 * (8 - 1)   # 10 all-reduces, each 2(N − 1) messages from every rank
+my_one_bucket = 2 * (8 - 1)        # one all-reduce, whatever the bucket holds
+check_message_prediction(my_per_tensor, my_one_bucket, tensors=10, world_size=8)""")
+def check_message_prediction(per_tensor, one_bucket, tensors: int = 10,
+                             world_size: int = 8) -> Feedback:
+    """Exercise 08.2: messages rank 0 sends per step with ring all-reduce, one per tensor vs one
+    bucket."""
     n, t = world_size, tensors
     want_per_tensor, want_bucket = t * 2 * (n - 1), 2 * (n - 1)
     for name, got in (("per_tensor", per_tensor), ("one_bucket", one_bucket)):
-        if not isinstance(got, (int, np.integer)) or got < 0:
+        if _whole(got) is None or _whole(got) < 0:
             return failed(f"{name} must be a whole number of messages, got {got!r}.")
+    per_tensor, one_bucket = _whole(per_tensor), _whole(one_bucket)
     if per_tensor != want_per_tensor:
         if per_tensor == t * (n - 1):
-            return failed("per_tensor counts one phase only: the ring is N-1 reduce-scatter steps AND N-1 all-gather "
-                          "steps, one message per step each.")
+            return failed("per_tensor counts one phase only: the ring is N-1 reduce-scatter steps "
+                          "AND N-1 all-gather steps, one message per step each.")
         if per_tensor == t * 2 * (n - 1) * n:
-            return failed("per_tensor counts every rank's messages; the question asks for rank 0's alone.")
+            return failed("per_tensor counts every rank's messages; the question asks for rank 0's "
+                          "alone.")
         if per_tensor in (t * 2 * n, t * n):
             return failed("a ring phase has N-1 steps, not N: a rank never sends to itself.")
         if per_tensor == want_bucket:
-            return failed(f"that is one all-reduce; one per tensor means {t} all-reduces every step.")
-        return failed(f"per_tensor: count the messages of one ring all-reduce on {n} ranks (lesson 03), then "
-                      f"multiply by the {t} tensors.")
+            return failed(f"that is one all-reduce; one per tensor means {t} all-reduces every "
+                          f"step.")
+        return failed(f"per_tensor: count the messages of one ring all-reduce on {n} ranks "
+                      f"(lesson 03), then multiply by the {t} tensors.")
     if one_bucket != want_bucket:
         if one_bucket == per_tensor:
-            return failed("one bucket is ONE all-reduce, whatever it holds: it pays the 2(N-1) messages once.")
+            return failed("one bucket is ONE all-reduce, whatever it holds: it pays the 2(N-1) "
+                          "messages once.")
         if one_bucket in (1, 2, n - 1):
-            return failed("one all-reduce on the ring is still N-1 reduce-scatter steps and N-1 all-gather steps.")
+            return failed("one all-reduce on the ring is still N-1 reduce-scatter steps and N-1 "
+                          "all-gather steps.")
         return failed(f"one_bucket: a bucket is one ring all-reduce on {n} ranks.")
     counted = (messages_per_step(t, n, None), messages_per_step(t, n, 1 << 20))
-    return passed(f"{want_per_tensor} and {want_bucket}; the trace of a real step on {n} ranks counts "
-                  f"{counted[0]} and {counted[1]}. Bucketing divides the α cost by {t}.")
+    return passed(f"{want_per_tensor} and {want_bucket}; the trace of a real step on {n} ranks "
+                  f"counts {counted[0]} and {counted[1]}. Bucketing divides the α cost by {t}.")
 
 
+@exercise(
+    "08.3", "why bucketing helps small tensors only", kind="choice",
+    hints=("Write one all-reduce's time with the α-β model: 2(N − 1)·α + 2(N − 1)/N·S·β. Which "
+           "of the two terms does bucketing change?",
+           "Bucketing turns T all-reduces into one: it saves (T − 1)·2(N − 1)·α and sends the same "
+           "bytes. When is α most of an all-reduce's time?"),
+    solution="""b: every all-reduce pays the fixed latency 2(N-1)·α once, whatever it carries. Small
+tensors are all latency, so putting T of them in one bucket saves (T-1)·2(N-1)·α. Big tensors are
+all bytes: the ring's 2(N-1)/N·S·β is the same whether S travels in one all-reduce or in many, so
+there is little left to save.""",
+    key="""from allreduce_edu.exercises.lesson08 import check_bucketing_answer, hint, solution
+
+check_bucketing_answer("b")""")
 def check_bucketing_answer(choice: str) -> Feedback:
     """Exercise 08.3: why does bucketing help small tensors but not big ones? (a, b, c or d)"""
     answers = {
-        "a": "no: a bucket is split into N chunks by the ring just as a big tensor is. The question is what a "
-             "message costs: look at where α and β enter the model.",
+        "a": "no: a bucket is split into N chunks by the ring just as a big tensor is. The "
+             "question is what a message costs: look at where α and β enter the model.",
         "b": "",
-        "c": "no: a bucket holds exactly the same bytes as the tensors in it (count them with trace.bytes_sent()); "
-             "nothing is compressed.",
-        "d": "no: a tensor bigger than the cap goes into a bucket of its own and is all-reduced like any other.",
+        "c": "no: a bucket holds exactly the same bytes as the tensors in it (count them with "
+             "trace.bytes_sent()); nothing is compressed.",
+        "d": "no: a tensor bigger than the cap goes into a bucket of its own and is all-reduced "
+             "like any other.",
     }
     success = ("each all-reduce pays 2(N-1)·α once; small tensors are all α, so one bucket saves "
-               "(T-1)·2(N-1)·α, while big ones are all bytes — 2(N-1)/N·S·β — and bytes are not saved.")
+               "(T-1)·2(N-1)·α, while big ones are all bytes — 2(N-1)/N·S·β — and bytes are not "
+               "saved.")
     return multiple_choice(choice, answers, right="b", success=success)

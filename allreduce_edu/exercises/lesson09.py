@@ -1,8 +1,9 @@
-"""Lesson 09 · beyond one machine: your ring on real engines, torch.distributed's names, hierarchical and in-network.
+"""Lesson 09 · beyond one machine: your ring on real engines, torch.distributed's names,
+hierarchical and in-network.
 
-`check_ring_on_engine` runs your ring on gloo (or MPI) processes and compares every rank's result with the
-engine's own all-reduce of the same inputs (the engine is the oracle). Where the engine is not installed it
-says so and runs the same checks on gRPC ranks against NumPy.
+`check_ring_on_engine` runs your ring on gloo (or MPI) processes and compares every rank's result
+with the engine's own all-reduce of the same inputs (the engine is the oracle). Where the engine is
+not installed it says so and runs the same checks on gRPC ranks against NumPy.
 """
 
 from __future__ import annotations
@@ -18,28 +19,23 @@ from ..comm.links import Links
 from ..costmodel import predict
 from ..runtime import missing, run_on_engine
 from ..runtime import ship
-from .feedback import Feedback, failed, multiple_choice, passed  # noqa: F401
-from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - for the notebook
-
-SOLUTIONS: dict[str, str] = {}  # TODO(issue 10): move into @exercise registrations
+from .feedback import Feedback, failed, multiple_choice, passed
 from .harness import Spy, describe_result, encoded_input, result_problem
+from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 
-SOLUTIONS["09.1"] = """def fixed_ring(comm, x):
-    n, r = comm.world_size, comm.rank
-    right, left = (r + 1) % n, (r - 1) % n
-    chunks = np.array_split(x.reshape(-1).copy(), n)   # any size, and a copy: x stays as it was
-    for step in range(n - 1):
-        out, into = (r - step - 1) % n, (r - step - 2) % n
-        chunks[into] += comm.sendrecv(right, chunks[out], left, tag="rs")   # send and receive at once
-    for step in range(n - 1):
-        out, into = (r - step) % n, (r - step - 1) % n
+FIXED_SOLUTION = """def fixed_ring(comm, x):
+    n, rank = comm.world_size, comm.rank
+    right, left = (rank + 1) % n, (rank - 1) % n
+    chunks = np.array_split(x.reshape(-1).copy(), n)   # fixes 1 and 2: any size, and a copy of x
+    for s in range(n - 1):                              # reduce-scatter
+        out, into = (rank - s - 1) % n, (rank - s - 2) % n
+        chunks[into] += comm.sendrecv(right, chunks[out], left, tag="rs")   # fix 3: both at once
+    for s in range(n - 1):                              # all-gather
+        out, into = (rank - s) % n, (rank - s - 1) % n
         chunks[into] = comm.sendrecv(right, chunks[out], left, tag="ag")
-    return np.concatenate(chunks).reshape(x.shape)
-Three fixes: np.array_split instead of reshape(n, -1) (10 elements do not divide by 3); a copy, since
-reshape and array_split return views and += would write into x; sendrecv instead of send then recv, since a
-send on gloo (and on MPI above its eager limit) returns only once the receiver has taken the message."""
+    return np.concatenate(chunks).reshape(x.shape)"""
 
-TORCH_NAMES = {  # ours -> torch.distributed's (the first is the one to write; the others are accepted too)
+TORCH_NAMES = {  # ours -> torch.distributed's (the first is the one to write; the others pass too)
     "rank": ("get_rank",),
     "world_size": ("get_world_size",),
     "send": ("send",),
@@ -47,38 +43,42 @@ TORCH_NAMES = {  # ours -> torch.distributed's (the first is the one to write; t
     "isend": ("isend",),
     "sendrecv": ("batch_isend_irecv",),
     "allreduce": ("all_reduce",),
-    "reduce_scatter": ("reduce_scatter", "reduce_scatter_tensor"),
-    "all_gather": ("all_gather", "all_gather_into_tensor"),
+    "reduce_scatter": ("reduce_scatter_tensor", "reduce_scatter"),
+    "all_gather": ("all_gather_into_tensor", "all_gather"),
     "broadcast": ("broadcast",),
     "barrier": ("barrier",),
     "init": ("init_process_group",),
     'op="sum"': ("ReduceOp.SUM",),
 }
-SOLUTIONS["09.2"] = "{\n" + "".join(f"    {k!r}: {v[0]!r},\n" for k, v in TORCH_NAMES.items()) + "}"
+
+
+def _quoted(text: str) -> str:
+    return f"'{text}'" if '"' in text else f'"{text}"'
+
+
+def _names_cell(value) -> str:
+    """Exercise 09.2's dict as the notebook writes it: value(theirs) for each of our names (the key
+    writes `dist.` before each: a value that repeated our name would read as the scaffold's key)."""
+    return "my_names = {\n" + "".join(f"    {_quoted(ours)}: {_quoted(value(theirs))},\n"
+                                      for ours, theirs in TORCH_NAMES.items()) + "}"
+
+
+NAMES_SCAFFOLD = _names_cell(lambda theirs: "?")  # what the lesson ships
 
 SCENARIO = {"nodes": 2, "ranks_per_node": 4, "nbytes": 256 << 20,
-            "intra": (5e-6, 1 / 200e9), "inter": (20e-6, 1 / 25e9)}  # NVLink-like in a node, InfiniBand between
-SOLUTIONS["09.3"] = """N = 8 ranks, L = 4 per node, M = 2 nodes, S = 256 MiB.
-ring: every step has a hop between nodes, so every step waits for the inter-node link:
-    2(N-1)·α_inter + 2(N-1)/N·S·β_inter = 14·20 µs + 1.75·S/25 GB/s ≈ 0.28 ms + 18.8 ms ≈ 19.1 ms
-hierarchical: a ring of L in the node on S, then a ring of M across nodes on S/L:
-    2(L-1)·α_intra + 2(L-1)/L·S·β_intra + 2(M-1)·α_inter + 2(M-1)/M·(S/L)·β_inter
-    = 6·5 µs + 1.5·S/200 GB/s + 2·20 µs + (S/4)/25 GB/s ≈ 2.0 ms + 2.7 ms ≈ 4.8 ms   (4× faster)
-    predict_on_links("ring" / "hierarchical", 8, S, Links.two_level(4, intra, inter)) computes both."""
-
-SOLUTIONS["09.4"] = """b: the switch adds the data as it passes through, so each rank sends its S bytes up once and receives
-the finished S once: S per rank instead of the ring's 2(N-1)/N·S, about half for large N, and a few hops of
-latency (up and down the switch tree) instead of 2(N-1) steps. The additions still happen, in the switch."""
+            "intra": (5e-6, 1 / 200e9), "inter": (20e-6, 1 / 25e9)}  # NVLink-like, InfiniBand
 
 BUILTIN = {"gloo": "torch.distributed.all_reduce", "mpi": "MPI_Allreduce"}
 
 
 class RingFailed(Exception):
-    """Your ring raised on a rank: (size, exception type, first line of its message, comm methods it used)."""
+    """Your ring raised on a rank: (size, exception type, first line of its message, comm methods
+    it used)."""
 
 
 class _Watch(Spy):
-    """The comm your ring gets: send, recv, sendrecv, isend (noting which ones you use), nothing else."""
+    """The comm your ring gets: send, recv, sendrecv, isend (noting which ones you use), nothing
+    else."""
 
     def __init__(self, comm):
         super().__init__(comm, ("send", "recv", "sendrecv", "isend"))
@@ -93,7 +93,8 @@ class _Watch(Spy):
 
 
 def _ring_on_rank(comm, blob: bytes, sizes) -> list[dict]:
-    """On each rank: your ring on encoded inputs of each size, its result against the engine's own all-reduce."""
+    """On each rank: your ring on encoded inputs of each size, its result against the engine's own
+    all-reduce."""
     fn, n, rows = cloudpickle.loads(blob)[0], comm.world_size, []
     watch = _Watch(comm)
     for size in sizes:
@@ -101,22 +102,48 @@ def _ring_on_rank(comm, blob: bytes, sizes) -> list[dict]:
         try:
             y = fn(watch, x)
         except Exception as e:
-            raise RingFailed(size, type(e).__name__, str(e).split("\n")[0], sorted(watch.used)) from e
+            first_line = str(e).split("\n")[0]
+            raise RingFailed(size, type(e).__name__, first_line, sorted(watch.used)) from e
         builtin = getattr(comm, "builtin_allreduce", None)  # gRPC ranks: NumPy's sum is the oracle
         oracle = builtin(encoded_input(comm.rank, (size,))) if builtin else None
         agrees = np.array_equal(np.asarray(y), oracle) if builtin else None
         rows.append({"size": size, "result": describe_result(y, (size,), n), "agrees": agrees,
-                     "modified": not np.array_equal(x, encoded_input(comm.rank, (size,))), "used": sorted(watch.used)})
+                     "modified": not np.array_equal(x, encoded_input(comm.rank, (size,))),
+                     "used": sorted(watch.used)})
     return rows
 
 
+@exercise(
+    "09.1", "make the blog's ring run everywhere", kind="code", function="fixed_ring",
+    solution=FIXED_SOLUTION,
+    explanation="""Three fixes: np.array_split instead of reshape(n, -1) (10 elements do not divide
+by 3); a copy, since reshape and array_split return views and += would write into x; sendrecv
+instead of send then recv, since a send on gloo (and on MPI above its eager limit) returns only
+once the receiver has taken the message.""",
+    hints=("There are three things to fix: the chunks (every size must work), the input (x must "
+           "stay as it was) and the messages (no send may wait forever). The checker names them "
+           "one at a time; fix the one it names.",
+           "x.reshape(n, -1) needs the size to divide by N, and it is a view of x, so += on a "
+           "chunk writes into the caller's x. Cut a copy instead: np.array_split(x.reshape(-1)"
+           ".copy(), n), and join the chunks at the end with np.concatenate(...).reshape(x.shape).",
+           "On gloo, comm.send returns only once the receiver has taken the message, and in a "
+           "ring every rank sends first. Send and receive at once: chunks[into] += "
+           "comm.sendrecv(right, chunks[out], left, tag=\"rs\"), with right = (rank + 1) % n and "
+           "left = (rank − 1) % n; the same in the all-gather, with = instead of +=."),
+    key="""from allreduce_edu.exercises.lesson09 import check_ring_on_engine, hint, solution
+
+""" + FIXED_SOLUTION + """
+
+
+check_ring_on_engine(fixed_ring)""")
 def check_ring_on_engine(fn, engine: str = "gloo", world_sizes=(3, 5), sizes=(10, 1_000_003),
                          comm_timeout: float = 10.0, timeout: float = 120.0) -> Feedback:
-    """Exercise 09.1: your ring on `engine` processes, against the engine's own all-reduce (gRPC if absent)."""
+    """Exercise 09.1: your ring on `engine` processes, against the engine's own all-reduce (gRPC if
+    absent)."""
     blob, why = ship(fn, (), {}), missing(engine)
     ranks = "gRPC ranks" if why else f"{engine} processes"
-    prefix = f"{engine} is not available here — {why} — so this ran on gRPC ranks with NumPy's sum as the oracle. " \
-        if why else ""
+    prefix = (f"{engine} is not available here — {why} — so this ran on gRPC ranks with NumPy's "
+              f"sum as the oracle. " if why else "")
     used: set[str] = set()
     for n in world_sizes:
         try:
@@ -124,25 +151,30 @@ def check_ring_on_engine(fn, engine: str = "gloo", world_sizes=(3, 5), sizes=(10
                 with Cluster(n, timeout=comm_timeout) as cluster:
                     per_rank = cluster.run(_ring_on_rank, blob, list(sizes))
             else:
-                per_rank = run_on_engine(_ring_on_rank, engine, n, blob, list(sizes), timeout=timeout,
-                                         comm_timeout=comm_timeout)
+                per_rank = run_on_engine(_ring_on_rank, engine, n, blob, list(sizes),
+                                         timeout=timeout, comm_timeout=comm_timeout)
         except RingFailed as e:
             return failed(_join(prefix, _explain(e, engine, f"{n} {ranks}")))
         except Exception as e:  # noqa: BLE001 - the engine itself failed: say so, don't crash
-            return failed(_join(prefix, f"with {n} {ranks} the run failed: {type(e).__name__}: {str(e)[:500]}"))
-        problem = _first_problem(per_rank, f"{n} {ranks}", sizes, engine if not why else "NumPy's sum")
+            return failed(_join(prefix, f"with {n} {ranks} the run failed: {type(e).__name__}: "
+                                        f"{str(e)[:500]}"))
+        oracle = engine if not why else "NumPy's sum"
+        problem = _first_problem(per_rank, f"{n} {ranks}", sizes, oracle)
         if problem:
             return failed(_join(prefix, problem))
         used |= {m for rows in per_rank for row in rows for m in row["used"]}
     counts = " and ".join(map(str, world_sizes))
     elements = " and ".join(f"{s:,}" for s in sizes)
     if why:
-        caution = (" You use comm.send: if every rank sends before it receives, this deadlocks on gloo (and on "
-                   "MPI above its eager limit); comm.sendrecv cannot." if "send" in used else "")
-        return passed(prefix + f"Your ring matches NumPy on {counts} gRPC ranks for {elements} elements and leaves "
-                      f"x unchanged.{caution} Install the engine to run it there.")
-    return passed(f"your ring gives exactly what {engine}'s own all-reduce ({BUILTIN[engine]}) gives on {counts} "
-                  f"{engine} processes, for {elements} elements, and leaves x unchanged: one function, any engine.")
+        caution = (" You use comm.send: if every rank sends before it receives, this deadlocks on "
+                   "gloo (and on MPI above its eager limit); comm.sendrecv cannot."
+                   if "send" in used else "")
+        return passed(prefix + f"Your ring matches NumPy on {counts} gRPC ranks for {elements} "
+                      f"elements and leaves x unchanged.{caution} Install the engine to run it "
+                      f"there.")
+    return passed(f"your ring gives exactly what {engine}'s own all-reduce ({BUILTIN[engine]}) "
+                  f"gives on {counts} {engine} processes, for {elements} elements, and leaves x "
+                  f"unchanged: one function, any engine.")
 
 
 def _join(prefix: str, message: str) -> str:
@@ -156,21 +188,30 @@ def _explain(e: RingFailed, engine: str, ranks: str) -> str:
     found = re.search(r"raised on rank (\d+)", " ".join(getattr(e, "__notes__", [])))
     where = f"with {ranks} and x of {size:,} elements, rank {found[1] if found else '?'}"
     if kind == "CollectiveTimeout":
-        if "send" in used and "sendrecv" not in used and "gRPC" not in ranks:  # gRPC sends are eager
-            return (f"{where} waited forever: {text}. On {engine}, comm.send returns only once the receiver has "
-                    f"taken the message (gloo always; MPI above its eager limit of a few KiB). When every rank "
-                    f"sends before it receives, all of them wait. Use comm.sendrecv(right, chunk, left, tag), "
-                    f"which sends and receives at once.")
-        return (f"{where} waited forever: {text}. Every recv needs a matching send with the same tag from the "
-                f"rank it names: a ring sends to (rank + 1) % N and receives from (rank − 1) % N.")
+        if "send" in used and "sendrecv" not in used and "gRPC" not in ranks:  # gRPC sends: eager
+            return (f"{where} waited forever: {text}. On {engine}, comm.send returns only once the "
+                    f"receiver has taken the message (gloo always; MPI above its eager limit of a "
+                    f"few KiB). When every rank sends before it receives, all of them wait. Use "
+                    f"comm.sendrecv(right, chunk, left, tag), which sends and receives at once.")
+        return (f"{where} waited forever: {text}. Every recv needs a matching send with the same "
+                f"tag from the rank it names: a ring sends to (rank + 1) % N and receives from "
+                f"(rank − 1) % N.")
     if "cannot reshape" in text:
-        return (f"{where} raised {kind}: {text}. x.reshape(N, -1) needs the size to divide by N, and {size:,} "
-                f"elements do not divide by {n}. Cut x with np.array_split(x.reshape(-1).copy(), N): N chunks "
-                f"that differ by at most one element.")
+        return (f"{where} raised {kind}: {text}. x.reshape(N, -1) needs the size to divide by N, "
+                f"and {size:,} elements do not divide by {n}. Cut x with "
+                f"np.array_split(x.reshape(-1).copy(), N): N chunks that differ by at most one "
+                f"element.")
     if "broadcast" in text:
-        return (f"{where} raised {kind}: {text}. The chunk you received and the one you add it to differ in "
-                f"length: with uneven chunks, add into the chunk with the same index, (rank − step − 2) % N.")
-    return f"{where} raised {kind}: {text}."
+        return (f"{where} raised {kind}: {text}. The chunk you received and the one you add it to "
+                f"differ in length: with uneven chunks, add into the chunk with the same index, "
+                f"(rank − step − 2) % N.")
+    if kind == "AttributeError" and "not available" in text:
+        return f"{where} asked for {text}"
+    if "index" in text and "out of" in text:
+        return (f"{where} raised {kind}: {text}. A chunk index must stay between 0 and N − 1: "
+                f"take it % N, as in (rank − step − 1) % N.")
+    return (f"{where} raised {kind}: {text}. Run it yourself to see the traceback: "
+            f"Cluster(3, transport=\"local\").run(fixed_ring, np.arange(10.0)).")
 
 
 def _first_problem(per_rank, ranks: str, sizes, oracle: str) -> str | None:
@@ -185,9 +226,9 @@ def _first_problem(per_rank, ranks: str, sizes, oracle: str) -> str | None:
                 return where + (problem or f"rank {r}'s result differs from {oracle}'s.")
         for r in range(n):
             if per_rank[r][j]["modified"]:
-                return where + (f"rank {r}'s input x changed during your all-reduce: reshape and np.array_split "
-                                f"return views of x, so += on a chunk writes into x. Split a copy: "
-                                f"np.array_split(x.reshape(-1).copy(), N).")
+                return where + (f"rank {r}'s input x changed during your all-reduce: reshape and "
+                                f"np.array_split return views of x, so += on a chunk writes into "
+                                f"x. Split a copy: np.array_split(x.reshape(-1).copy(), N).")
     return None
 
 
@@ -199,32 +240,55 @@ def _name(text) -> str:
     return text
 
 
+@exercise(
+    "09.2", "our names in torch.distributed", kind="names",
+    hints=("Every answer is in the torch.distributed column of the table above; a \"dist.\" "
+           "prefix and \"()\" are fine.",
+           "Two catch most people out: the rank and the world size are functions there (get_rank, "
+           "get_world_size), and there is no single sendrecv call: batch_isend_irecv posts an "
+           "isend and an irecv together."),
+    solution="{\n" + "".join(f"    {k!r}: {v[0]!r},\n" for k, v in TORCH_NAMES.items()) + "}",
+    key="""from allreduce_edu.exercises.lesson09 import check_torch_names, hint, solution
+
+""" + _names_cell(lambda theirs: f"dist.{theirs[0]}") + """
+check_torch_names(my_names)""")
 def check_torch_names(answer: dict) -> Feedback:
     """Exercise 09.2: for each of our names, torch.distributed's."""
     if not isinstance(answer, dict):
         return failed("answer with a dict {our name: torch.distributed's name}.")
     hints = {
-        ("rank", "rank"): "in torch.distributed the rank is a function of the process group: get_rank().",
+        ("rank", "rank"): "in torch.distributed the rank is a function of the process group: "
+                          "get_rank().",
         ("world_size", "world_size"): "in torch.distributed it is a function: get_world_size().",
-        ("allreduce", "allreduce"): "torch.distributed spells it with an underscore: all_reduce (NCCL: "
-                                    "ncclAllReduce, MPI: MPI_Allreduce).",
+        ("allreduce", "allreduce"): "torch.distributed spells it with an underscore: all_reduce "
+                                    "(NCCL: ncclAllReduce, MPI: MPI_Allreduce).",
         ("all_gather", "allgather"): "torch.distributed puts an underscore in it: all_gather.",
-        ("sendrecv", "sendrecv"): "torch.distributed has no sendrecv; it posts an isend and an irecv together "
-                                  "with batch_isend_irecv([P2POp(isend, ...), P2POp(irecv, ...)]).",
-        ("init", "init"): "torch.distributed starts its process group with init_process_group (torchrun sets "
-                          "the RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT it reads).",
+        ("sendrecv", "sendrecv"): "torch.distributed has no sendrecv; it posts an isend and an "
+                                  "irecv together with batch_isend_irecv([P2POp(isend, ...), "
+                                  "P2POp(irecv, ...)]).",
+        ("init", "init"): "torch.distributed starts its process group with init_process_group "
+                          "(torchrun sets the RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT it "
+                          "reads).",
         ('op="sum"', "sum"): "ops are members of an enum there: ReduceOp.SUM.",
         ('op="sum"', "SUM"): "SUM lives in an enum: ReduceOp.SUM.",
     }
+    todo = []
     for ours, theirs in TORCH_NAMES.items():
         if ours not in answer:
             return failed(f"your dict has no entry for {ours!r}; fill in every key of the table.")
         got = _name(answer[ours])
-        if got not in theirs:
+        if got in ("", "?"):
+            todo.append(ours)
+        elif got not in theirs:
             return failed(f"{ours}: {answer[ours]!r} is not it. " + hints.get(
                 (ours, got), f"Look for {ours!r} in the table above (torch.distributed column)."))
-    return passed(f"all {len(TORCH_NAMES)} names right. A script written against comm.sendrecv, allreduce and "
-                  f"friends reads like one written against torch.distributed, and vice versa.")
+    if todo:
+        return failed(f"the names you filled in are right, but {len(todo)} of the "
+                      f"{len(TORCH_NAMES)} are still \"?\", the first {todo[0]!r}: fill in every "
+                      f"one (the torch.distributed column of the table above).")
+    return passed(f"all {len(TORCH_NAMES)} names right. A script written against comm.sendrecv, "
+                  f"allreduce and friends reads like one written against torch.distributed, and "
+                  f"vice versa.")
 
 
 def scenario_seconds(algorithm: str) -> float:
@@ -234,10 +298,40 @@ def scenario_seconds(algorithm: str) -> float:
     return predict_on_links(algorithm, s["nodes"] * s["ranks_per_node"], s["nbytes"], links)
 
 
-def check_hierarchical_prediction(ring: float, hierarchical: float, tolerance: float = 0.03) -> Feedback:
-    """Exercise 09.3: the model's seconds for ring and hierarchical all-reduce on SCENARIO's cluster."""
+@exercise(
+    "09.3", "predict ring and hierarchical across nodes", kind="number",
+    answers=("ring", "hierarchical"),
+    todo="replace both None with seconds (the flat ring, then the hierarchical all-reduce), then "
+         "run this cell again.",
+    hints=("The flat ring crosses between the nodes in every step, and a step waits for its "
+           "slowest hop: price all 2(N − 1) steps, each of S/N bytes, with the inter-node α and β.",
+           "The hierarchical all-reduce is a ring of L = 4 inside each node on all S bytes (intra "
+           "α and β), plus a ring of M = 2 across the nodes on S/L bytes (inter α and β): "
+           "2(L−1)·α_intra + 2(L−1)/L·S·β_intra + 2(M−1)·α_inter + 2(M−1)/M·(S/L)·β_inter."),
+    solution="""N = 8 ranks, L = 4 per node, M = 2 nodes, S = 256 MiB.
+ring: every step has a hop between nodes, so every step waits for the inter-node link:
+    2(N-1)·α_inter + 2(N-1)/N·S·β_inter = 14·20 µs + 1.75·S/25 GB/s ≈ 0.28 ms + 18.8 ms ≈ 19.1 ms
+hierarchical: a ring of L in the node on S, then a ring of M across nodes on S/L:
+    2(L-1)·α_intra + 2(L-1)/L·S·β_intra + 2(M-1)·α_inter + 2(M-1)/M·(S/L)·β_inter
+    = 6·5 µs + 1.5·S/200 GB/s + 2·20 µs + (S/4)/25 GB/s ≈ 2.0 ms + 2.7 ms ≈ 4.8 ms   (4× faster)
+    predict_on_links("ring" / "hierarchical", 8, S, Links.two_level(4, intra, inter))
+    computes both.""",
+    key="""
+from allreduce_edu.exercises.lesson09 import check_hierarchical_prediction, hint, solution
+
+S = 256 * 2**20
+a_intra, b_intra, a_inter, b_inter = 5e-6, 1 / 200e9, 20e-6, 1 / 25e9
+my_ring = 2 * 7 * a_inter + 2 * 7 / 8 * S * b_inter   # every step waits for an inter-node hop
+my_hierarchical = (2 * 3 * a_intra + 2 * 3 / 4 * S * b_intra          # a ring of 4 in a node, S
+                   + 2 * 1 * a_inter + 2 * 1 / 2 * (S / 4) * b_inter)  # a ring of 2 nodes, S/L
+check_hierarchical_prediction(my_ring, my_hierarchical)""")
+def check_hierarchical_prediction(ring: float, hierarchical: float,
+                                  tolerance: float = 0.03) -> Feedback:
+    """Exercise 09.3: the model's seconds for ring and hierarchical all-reduce on SCENARIO's
+    cluster."""
     s = SCENARIO
-    n, size, nodes, big = s["nodes"] * s["ranks_per_node"], s["ranks_per_node"], s["nodes"], s["nbytes"]
+    size, nodes, big = s["ranks_per_node"], s["nodes"], s["nbytes"]
+    n = nodes * size
     (a_in, b_in), (a_out, b_out) = s["intra"], s["inter"]
     want = {"ring": scenario_seconds("ring"), "hierarchical": scenario_seconds("hierarchical")}
 
@@ -245,47 +339,68 @@ def check_hierarchical_prediction(ring: float, hierarchical: float, tolerance: f
         return abs(x - target) <= tolerance * target
 
     ring_hints = [
-        (predict("ring", n, big, a_in, b_in), ("that is a ring on the fast intra-node links only; a ring over two "
-         "nodes has two hops between nodes, and every step waits for its slowest hop: use the inter-node α and β.")),
-        (predict("ring", n, big, a_out, b_out) * 1e3, "that looks like milliseconds: answer in seconds."),
-        (2 * (n - 1) * (a_out + big * b_out), "each ring step sends one chunk, S/N bytes, not the whole S."),
+        (predict("ring", n, big, a_in, b_in),
+         "that is a ring on the fast intra-node links only; a ring over two nodes has two hops "
+         "between nodes, and every step waits for its slowest hop: use the inter-node α and β."),
+        (predict("ring", n, big, a_out, b_out) * 1e3, "that looks like milliseconds: answer in "
+                                                      "seconds."),
+        (2 * (n - 1) * (a_out + big * b_out), "each ring step sends one chunk, S/N bytes, not the "
+                                              "whole S."),
     ]
     hier_hints = [
         (predict("ring", size, big, a_in, b_in) + predict("ring", nodes, big, a_out, b_out),
          "across the nodes each rank all-reduces only its piece, S/L bytes, not the whole S."),
         (predict("ring", size, big, a_in, b_in) + predict("ring", n, big / size, a_out, b_out),
          "the inter-node ring has one rank per node: M = N/L ranks, not N."),
-        (predict("ring", nodes, big / size, a_out, b_out), ("that is the inter-node phase alone: add the "
-         "intra-node reduce-scatter and all-gather, a ring of L ranks on S.")),
+        (predict("ring", nodes, big / size, a_out, b_out),
+         "that is the inter-node phase alone: add the intra-node reduce-scatter and all-gather, a "
+         "ring of L ranks on S."),
         (want["hierarchical"] * 1e3, "that looks like milliseconds: answer in seconds."),
     ]
-    for name, got, hints in (("ring", ring, ring_hints), ("hierarchical", hierarchical, hier_hints)):
+    for name, got, hints in (("ring", ring, ring_hints),
+                             ("hierarchical", hierarchical, hier_hints)):
         try:
             got = float(got)
         except (TypeError, ValueError):
             return failed(f"{name}: answer with a number of seconds.")
         if near(got, want[name]):
             continue
-        for value, hint in hints:
+        for value, text in hints:
             if near(got, value):
-                return failed(f"{name}: {got:.4g} s — {hint}")
-        return failed(f"{name}: {got:.4g} s is off by a factor {got / want[name]:.2f}; see the formulas in "
-                      f"collectives/hierarchical.py's predict.")
-    return passed(f"ring {want['ring'] * 1e3:.1f} ms, hierarchical {want['hierarchical'] * 1e3:.1f} ms: "
-                  f"{want['ring'] / want['hierarchical']:.1f}× faster. Only S/L per rank crosses the slow link, "
-                  f"in a ring of M = {nodes} instead of N = {n}.")
+                return failed(f"{name}: {got:.4g} s — {text}")
+        return failed(f"{name}: {got:.4g} s is off by a factor {got / want[name]:.2f}; see the "
+                      f"formulas in collectives/hierarchical.py's predict.")
+    speedup = want["ring"] / want["hierarchical"]
+    return passed(f"ring {want['ring'] * 1e3:.1f} ms, hierarchical "
+                  f"{want['hierarchical'] * 1e3:.1f} ms: {speedup:.1f}× faster. Only S/L per rank "
+                  f"crosses the slow link, in a ring of M = {nodes} instead of N = {n}.")
 
 
+@exercise(
+    "09.4", "what in-network reduction saves", kind="choice",
+    hints=("The switch still adds every element, so the arithmetic is not what is saved. What "
+           "changes in what each rank sends, and in how often the data goes around?",
+           "Each rank sends its S bytes up the switch once and gets the finished S back once. "
+           "Compare that with the ring's 2(N − 1)/N·S each way, over 2(N − 1) steps."),
+    solution="""b: the switch adds the data as it passes through, so each rank sends its S bytes up
+once and receives the finished S once: S per rank instead of the ring's 2(N-1)/N·S, about half for
+large N, and a few hops of latency (up and down the switch tree) instead of 2(N-1) steps. The
+additions still happen, in the switch.""",
+    key="""from allreduce_edu.exercises.lesson09 import check_in_network_answer, hint, solution
+
+check_in_network_answer("b")""")
 def check_in_network_answer(choice: str) -> Feedback:
     """Exercise 09.4: what in-network reduction (SHARP, NVLink SHARP) saves (a, b, c or d)."""
     answers = {
-        "a": "no: the switch still adds every element; it saves the trips, not the work. What does each rank send?",
+        "a": "no: the switch still adds every element; it saves the trips, not the work. What "
+             "does each rank send?",
         "b": "",
-        "c": "no: floats added in the switch round like any other float additions; the order is fixed by the "
-             "switch tree, which makes results reproducible, not exact.",
-        "d": "no: each rank still receives the whole result, S bytes; what shrinks is what it sends and how "
-             "often data goes around.",
+        "c": "no: floats added in the switch round like any other float additions; the order is "
+             "fixed by the switch tree, which makes results reproducible, not exact.",
+        "d": "no: each rank still receives the whole result, S bytes; what shrinks is what it "
+             "sends and how often data goes around.",
     }
-    success = ("each rank sends S once and receives S once, instead of 2(N−1)/N·S each way in the ring: "
-               "about half the traffic, and a few switch hops of latency instead of 2(N−1) steps.")
+    success = ("each rank sends S once and receives S once, instead of 2(N−1)/N·S each way in the "
+               "ring: about half the traffic, and a few switch hops of latency instead of 2(N−1) "
+               "steps.")
     return multiple_choice(choice, answers, right="b", success=success)

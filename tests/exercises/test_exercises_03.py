@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import allreduce_edu
-from allreduce_edu.exercises._feedback import SOLUTIONS
+from allreduce_edu.exercises import reference, registry
 from allreduce_edu.exercises.lesson03 import (
     check_busbw_answer,
     check_owner_prediction,
@@ -19,17 +19,7 @@ from allreduce_edu.exercises.lesson03 import (
 QUICK = {"world_sizes": (3,), "timeout": 5.0, "transport": "local"}
 
 
-def ring(comm, x):
-    n, r = comm.world_size, comm.rank
-    right, left = (r + 1) % n, (r - 1) % n
-    pieces = np.array_split(x.reshape(-1).copy(), n)
-    for step in range(n - 1):
-        out, into = (r - step - 1) % n, (r - step - 2) % n
-        pieces[into] += comm.sendrecv(right, pieces[out], left, tag="rs")
-    for step in range(n - 1):
-        out, into = (r - step) % n, (r - step - 1) % n
-        pieces[into] = comm.sendrecv(right, pieces[out], left, tag="ag")
-    return np.concatenate(pieces).reshape(x.shape)
+ring = reference("03.1")  # the registered solution: the right answer every wrong one is a twist of
 
 
 def ring_with_send_recv(comm, x):  # plain send then recv: fine here (sends are eager), and still a ring
@@ -204,11 +194,21 @@ def test_busbw_answer():
 
 def test_solutions_are_registered_and_the_ring_solution_runs():
     for key in ("03.0", "03.1", "03.2", "03.3", "03.4"):
-        assert key in SOLUTIONS
-    namespace = {"np": np}
-    exec(SOLUTIONS["03.1"], namespace)  # noqa: S102 - our own solution text
-    ring_from_text = namespace["my_ring_allreduce"]
+        assert registry.get(key).solution
+    ring_from_text = reference("03.1")
     assert ring_from_text.__name__ == "my_ring_allreduce"
     with allreduce_edu.Cluster(3, transport="local") as cluster:
         results = cluster.run(lambda comm: ring_from_text(comm, np.arange(7.0) * (comm.rank + 1)))
     assert all(np.array_equal(r, np.arange(7.0) * 6) for r in results)
+
+
+def test_every_checker_answers_not_attempted_for_its_scaffold():
+    def my_ring_allreduce(comm, x):
+        """The scaffold, as lesson 03 ships it."""
+        ...
+
+    for feedback in (check_owner_prediction(None), check_ring_allreduce(my_ring_allreduce), check_ring_bytes(None),
+                     check_pipelined_ring(my_ring_allreduce), check_busbw_answer("?")):
+        assert not feedback and not feedback.attempted and "hint(" in feedback.message
+    assert reference("03.3").__name__ == "my_pipelined_ring"
+    assert check_pipelined_ring(reference("03.3"), shapes=((10,),), transport="local")

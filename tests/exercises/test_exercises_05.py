@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from allreduce_edu.costmodel import predict
+from allreduce_edu.exercises import reference, registry
 from allreduce_edu.exercises.lesson05 import (
     CANDIDATES,
     check_choose,
@@ -34,8 +35,14 @@ def misspelled(nbytes, world_size, alpha, beta):
     return "Ring"
 
 
+def choose(nbytes, world_size, alpha, beta):
+    """The scaffold as the lesson ships it."""
+    ...  # your code here, in place of `...`
+
+
 def test_choose_checker():
     assert check_choose(right)
+    assert check_choose(reference("05.1"))  # the solution runs with `predict` given to it
     assert "at 8 bytes on 2 ranks" in check_choose(always_ring).message
     assert "count the steps" in check_choose(always_ring).message
     feedback = check_choose(fixed_threshold)
@@ -51,8 +58,9 @@ def test_crossover_is_where_the_lines_meet():
     assert crossover("ring", "rabenseifner", 2, ALPHA, BETA) is None  # identical lines never cross
 
 
-@pytest.mark.parametrize("answer, hint", [(376_470 / 1024, "KiB"), (ALPHA / BETA, "α/β"), (-5, "positive"),
-                                          (3 * 376_470, "factor")])
+@pytest.mark.parametrize("answer, hint", [(376_470 / 1024, "KiB"), (ALPHA / BETA, "α/β"),
+                                          (-5, "positive"), ("376470", "positive"), (3 * 376_470, "factor"),
+                                          (11 * ALPHA / (1.25 * BETA), "two phases")])
 def test_crossover_prediction(answer, hint):
     assert check_crossover(376_470.6, ALPHA, BETA, 8)
     feedback = check_crossover(answer, ALPHA, BETA, 8)
@@ -73,3 +81,19 @@ def test_float_order_answer(capsys):
     assert "'a', 'b', 'c' or 'd'" in check_float_order_answer("x").message
     solution("05.2")
     assert "8α / (4.25β)" in capsys.readouterr().out
+
+
+def test_the_scaffolds_are_not_attempts():
+    for feedback, exercise in ((check_choose(choose), "05.1"),
+                               (check_crossover(None, ALPHA, BETA, world_size=8), "05.2"),
+                               (check_float_order_answer("?"), "05.3")):
+        assert not feedback and not feedback.attempted, feedback
+        assert f'hint("{exercise}")' in feedback.message
+
+
+@pytest.mark.parametrize("exercise", ["05.1", "05.2", "05.3"])
+def test_the_key_cells_pass(exercise):
+    *body, last = registry.get(exercise).key.splitlines()
+    namespace = {"predict": predict}  # the lesson imports it near its top
+    exec("\n".join([*body, f"result = {last}"]), namespace)  # noqa: S102 - our own key
+    assert namespace["result"], namespace["result"]

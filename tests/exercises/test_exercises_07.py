@@ -7,7 +7,7 @@ import pytest
 
 from allreduce_edu import kernels
 from allreduce_edu.collectives.ring import all_gather_ring, reduce_scatter_ring
-from allreduce_edu.exercises._feedback import SOLUTIONS
+from allreduce_edu.exercises import reference, registry
 from allreduce_edu.exercises.lesson07 import (
     check_fused,
     check_fusion_answer,
@@ -95,10 +95,68 @@ def sends_twice(comm, x):  # right result, but every rank sends its whole x to t
     return fused(comm, x)
 
 
+def by_columns(comm, x):  # pieces of columns are views the kernels cannot write into
+    pieces = np.array_split(x.copy(), comm.world_size, axis=1)
+    reduce_scatter_ring(comm, pieces, "sum", last=lambda acc, incoming: kernels.add_layernorm(acc, incoming, out=acc))
+    return np.concatenate(all_gather_ring(comm, pieces), axis=1)
+
+
+def by_column_copies(comm, x):  # contiguous copies of columns: it runs, and normalises the wrong thing
+    pieces = [p.copy() for p in np.array_split(x, comm.world_size, axis=1)]
+    reduce_scatter_ring(comm, pieces, "sum", last=lambda acc, incoming: kernels.add_layernorm(acc, incoming, out=acc))
+    return np.concatenate(all_gather_ring(comm, pieces), axis=1)
+
+
+def returns_the_list(comm, x):
+    pieces = np.array_split(x.copy(), comm.world_size, axis=0)
+    reduce_scatter_ring(comm, pieces, "sum", last=lambda acc, incoming: kernels.add_layernorm(acc, incoming, out=acc))
+    return all_gather_ring(comm, pieces)
+
+
+def in_float64(comm, x):
+    pieces = np.array_split(x.astype(np.float64), comm.world_size, axis=0)
+    reduce_scatter_ring(comm, pieces, "sum", last=lambda acc, incoming: kernels.add_layernorm(acc, incoming, out=acc))
+    return np.concatenate(all_gather_ring(comm, pieces), axis=0)
+
+
+def one_array_norm_as_last(comm, x):  # last(acc, incoming) = layernorm(acc, gamma=incoming)
+    pieces = np.array_split(x.copy(), comm.world_size, axis=0)
+    reduce_scatter_ring(comm, pieces, "sum", last=kernels.layernorm)
+    return np.concatenate(all_gather_ring(comm, pieces), axis=0)
+
+
+def calls_last_itself(comm, x):  # passes the result of a call, not a function
+    pieces = np.array_split(x.copy(), comm.world_size, axis=0)
+    reduce_scatter_ring(comm, pieces, "sum", last=kernels.add_layernorm(pieces[0], pieces[0]))
+    return np.concatenate(all_gather_ring(comm, pieces), axis=0)
+
+
+def splits_by_rank(comm, x):  # ranks disagree on the pieces
+    pieces = np.array_split(x.copy(), comm.world_size + comm.rank % 2, axis=0)
+    reduce_scatter_ring(comm, pieces, "sum", last=lambda acc, incoming: kernels.add_layernorm(acc, incoming, out=acc))
+    return np.concatenate(all_gather_ring(comm, pieces), axis=0)
+
+
+def returns_x(comm, x):
+    pieces = np.array_split(x.copy(), comm.world_size, axis=0)
+    reduce_scatter_ring(comm, pieces, "sum", last=lambda acc, incoming: kernels.add_layernorm(acc, incoming, out=acc))
+    all_gather_ring(comm, pieces)
+    return x
+
+
+def my_fused(comm, x):
+    """The scaffold as the lesson ships it."""
+    ...  # your code here, in place of `...`
+
+
 def test_right_answer_passes_on_grpc_and_reports_rows_and_bytes():
-    feedback = check_fused(fused)
+    feedback = check_fused(reference("07.1"))  # the registered solution, shipped by value
     assert feedback, feedback
     assert "normalised [4, 3, 3, 3] rows" in feedback.message and "7488 bytes" in feedback.message
+
+
+def test_a_lambda_with_add_layernorm_passes_too():
+    assert check_fused(fused, world_sizes=(3, 4), transport="local")
 
 
 def test_add_layernorm_imported_by_name_is_counted_too():
@@ -115,10 +173,27 @@ def test_add_layernorm_imported_by_name_is_counted_too():
     (never_normalises, ["not normalised", "last="]),
     (normalises_in_numpy, ["no rows normalised", "kernels.add_layernorm"]),
     (sends_twice, ["sent", "2(N−1)/N·S"]),
+    (by_column_copies, ["slices of columns", "axis 0", "np.array_split(x.copy(), N, axis=0)"]),
+    (returns_the_list, ["returned a list of 3 arrays", "np.concatenate"]),
+    (in_float64, ["returned float64 rows", "keep x's dtype"]),
+    (returns_x, ["its own x, unchanged"]),
 ])
 def test_wrong_answers_get_specific_hints(fn, words):
     feedback = check_fused(fn, **QUICK)
     assert not feedback
+    for word in words:
+        assert word in feedback.message, feedback
+
+
+@pytest.mark.parametrize("fn, words", [
+    (by_columns, ["not whole rows", "slice of columns", "split along axis 0", "axis=0)"]),
+    (one_array_norm_as_last, ["last(acc, incoming)", "kernels.add_layernorm(acc, incoming, out=acc)"]),
+    (calls_last_itself, ["takes a function", "lambda"]),
+    (splits_by_rank, ["different shapes", "the same way"]),
+])
+def test_library_errors_come_with_a_hint(fn, words):
+    feedback = check_fused(fn, **QUICK)
+    assert not feedback and feedback.attempted
     for word in words:
         assert word in feedback.message, feedback
 
@@ -132,7 +207,8 @@ def test_kernels_are_restored_after_a_check():
 @pytest.mark.parametrize("answer, hint", [(1.75 * 2**20, "ring"), (7 * 2**20, "naive broadcast"),
                                           (14 * 2**20, "all ranks send together"), (6 * 2**20, "only receives"),
                                           (2**20, "every broadcast step"), (3, "multiply by S"),
-                                          (3e6, "not 10^6"), (24 * 2**20, "not bits"), (5, "not it")])
+                                          (3e6, "not 10^6"), (24 * 2**20, "not bits"), (5, "not it"),
+                                          ("lots", "number of bytes")])
 def test_root_bytes(answer, hint):
     assert check_root_bytes(3 * 2**20)
     feedback = check_root_bytes(answer)
@@ -147,9 +223,26 @@ def test_fusion_answer():
     assert "'a', 'b', 'c' or 'd'" in check_fusion_answer("e").message
 
 
+def test_the_scaffolds_are_not_attempts():
+    for feedback, exercise in ((check_fused(my_fused), "07.1"), (check_root_bytes(None), "07.2"),
+                               (check_fusion_answer("?"), "07.3")):
+        assert not feedback and not feedback.attempted, feedback
+        assert f'hint("{exercise}")' in feedback.message
+
+
 def test_solutions_are_registered_and_the_fused_solution_runs():
-    for key in ("07.1", "07.2", "07.3"):
-        assert key in SOLUTIONS
-    namespace = {"np": np}
-    exec(SOLUTIONS["07.1"].split("(A world")[0], namespace)  # noqa: S102 - our own solution text
-    assert check_fused(namespace["my_fused"], world_sizes=(4,), transport="local")
+    for exercise, kind in (("07.1", "code"), ("07.2", "number"), ("07.3", "choice")):
+        ex = registry.get(exercise)
+        assert ex.kind == kind and ex.solution and len(ex.hints) >= (2 if kind == "code" else 1)
+    assert "3145728" in registry.get("07.2").solution and registry.get("07.3").solution.startswith("b")
+    fn = reference("07.1")
+    assert fn.__name__ == "my_fused"
+    assert check_fused(fn, world_sizes=(4,), transport="local")
+
+
+@pytest.mark.parametrize("exercise", ["07.2", "07.3"])
+def test_the_key_cells_pass(exercise):
+    *body, last = registry.get(exercise).key.splitlines()
+    namespace = {}
+    exec("\n".join([*body, f"result = {last}"]), namespace)  # noqa: S102 - our own key
+    assert namespace["result"], namespace["result"]

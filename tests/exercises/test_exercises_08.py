@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import allreduce_edu
+from allreduce_edu.exercises import reference, registry
 from allreduce_edu.exercises.lesson08 import (
     check_average_gradients,
     check_bucketing_answer,
@@ -65,6 +66,39 @@ def rank0_skips(comm, grads):
     return [allreduce_edu.allreduce(comm, g) / comm.world_size for g in grads]
 
 
+def whole_list(comm, grads):  # one all-reduce of the ragged list
+    return allreduce_edu.allreduce(comm, grads) / comm.world_size
+
+
+def comm_method(comm, grads):
+    return [comm.allreduce(g) / comm.world_size for g in grads]
+
+
+def mean_op(comm, grads):
+    return [allreduce_edu.allreduce(comm, g, op="mean") for g in grads]
+
+
+def forgot_comm(comm, grads):
+    return [allreduce_edu.allreduce(g) / comm.world_size for g in grads]
+
+
+def size_attribute(comm, grads):
+    return [allreduce_edu.allreduce(comm, g) / comm.size for g in grads]
+
+
+def floor_division(comm, grads):
+    return [allreduce_edu.allreduce(comm, g) // comm.world_size for g in grads]
+
+
+def flattened(comm, grads):
+    return [(allreduce_edu.allreduce(comm, g) / comm.world_size).ravel() for g in grads]
+
+
+def average_gradients(comm, grads):
+    """The scaffold as the lesson ships it."""
+    ...  # your code here, in place of `...`
+
+
 def test_average_gradients_passes():
     feedback = check_average_gradients(right)
     assert feedback and "same weights" in feedback.message and "per step" in feedback.message
@@ -80,6 +114,13 @@ def test_average_gradients_passes():
     (uses_max, "op=\"sum\""),
     (only_some, "returned 2 arrays"),
     (rank0_skips, "raised"),
+    (whole_list, "all-reduce each gradient on its own"),
+    (comm_method, "not a method of comm"),
+    (mean_op, "then divide by comm.world_size"),
+    (forgot_comm, "takes the communicator first"),
+    (size_attribute, "the number of ranks is comm.world_size"),
+    (floor_division, "Divide with /"),
+    (flattened, "keep every gradient's shape"),
 ])
 def test_average_gradients_hints(fn, hint):
     feedback = check_average_gradients(fn)
@@ -89,12 +130,14 @@ def test_average_gradients_hints(fn, hint):
 def test_message_prediction():
     assert check_message_prediction(140, 14)
     assert check_message_prediction(2 * 5 * 2, 2 * 2, tensors=5, world_size=3)
+    assert check_message_prediction(140.0, 14.0)  # a whole number written as a float is fine
     assert messages_per_step(10, 8, None) == 140 and messages_per_step(10, 8, 1 << 20) == 14
 
 
 @pytest.mark.parametrize("per_tensor, one_bucket, hint", [
     (70, 14, "one phase"), (1120, 14, "rank 0's alone"), (160, 16, "not N"), (14, 14, "10 all-reduces"),
     (140, 140, "ONE all-reduce"), (140, 7, "N-1 reduce-scatter"), (140, 1.5, "whole number"), (99, 14, "multiply"),
+    ("140", 14, "whole number"), (140, -14, "whole number"),
 ])
 def test_message_prediction_hints(per_tensor, one_bucket, hint):
     feedback = check_message_prediction(per_tensor, one_bucket)
@@ -109,14 +152,34 @@ def test_bucketing_answer():
     assert "'a', 'b', 'c' or 'd'" in check_bucketing_answer("e").message
 
 
+def test_the_scaffolds_are_not_attempts():
+    for feedback, exercise in ((check_average_gradients(average_gradients), "08.1"),
+                               (check_message_prediction(None, None), "08.2"),
+                               (check_message_prediction(140, None), "08.2"),  # half an answer
+                               (check_bucketing_answer("?"), "08.3")):
+        assert not feedback and not feedback.attempted, feedback
+        assert f'hint("{exercise}")' in feedback.message
+
+
 def test_solutions_exist(capsys):
     for exercise in ("08.1", "08.2", "08.3"):
         solution(exercise)
     assert "world_size" in capsys.readouterr().out
+    for exercise, kind in (("08.1", "code"), ("08.2", "number"), ("08.3", "choice")):
+        ex = registry.get(exercise)
+        assert ex.kind == kind and ex.solution and len(ex.hints) >= (2 if kind == "code" else 1)
+    assert "140" in registry.get("08.2").solution and registry.get("08.3").solution.startswith("b")
 
 
 def test_the_solution_passes_its_checker():
-    from allreduce_edu.exercises._feedback import SOLUTIONS
-    namespace = {"allreduce_edu": allreduce_edu, "np": np}
-    exec(SOLUTIONS["08.1"], namespace)  # noqa: S102 - our own solution text
-    assert check_average_gradients(namespace["average_gradients"])
+    fn = reference("08.1")
+    assert fn.__name__ == "average_gradients"
+    assert check_average_gradients(fn)
+
+
+@pytest.mark.parametrize("exercise", ["08.2", "08.3"])
+def test_the_key_cells_pass(exercise):
+    *body, last = registry.get(exercise).key.splitlines()
+    namespace = {}
+    exec("\n".join([*body, f"result = {last}"]), namespace)  # noqa: S102 - our own key
+    assert namespace["result"], namespace["result"]

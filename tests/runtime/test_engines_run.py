@@ -43,7 +43,7 @@ def need(engine):
 def engine_processes() -> list[str]:
     """Processes this machine runs for run_on_engine (ranks, launchers, mpirun)."""
     ps = subprocess.run(["ps", "-eo", "pid,args"], check=False, capture_output=True, text=True).stdout.splitlines()
-    return [line for line in ps if "allreduce_edu.engines" in line and sys.executable in line]  # ours, not another venv's
+    return [line for line in ps if "allreduce_edu.runtime.worker" in line and sys.executable in line]  # ours, not another venv's
 
 
 @pytest.mark.slow
