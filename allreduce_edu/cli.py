@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -68,7 +67,7 @@ def lessons(args, parser) -> int:
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         command.append("--allow-root")  # containers and CI run as root; JupyterLab refuses it unless told
     print(f"Opening JupyterLab in {args.dir} (Ctrl-C stops it; your lessons stay there).", flush=True)
-    return subprocess.call(command)
+    os.execv(sys.executable, command)  # JupyterLab takes this process's place: Ctrl-C and kill reach it
 
 
 def _typed(convert, what: str):

@@ -43,7 +43,8 @@ def need(engine):
 def engine_processes() -> list[str]:
     """Processes this machine runs for run_on_engine (ranks, launchers, mpirun)."""
     ps = subprocess.run(["ps", "-eo", "pid,args"], check=False, capture_output=True, text=True).stdout.splitlines()
-    return [line for line in ps if "allreduce_edu.runtime.worker" in line and sys.executable in line]  # ours, not another venv's
+    ours = [line for line in ps if "allreduce_edu.runtime.worker" in line and sys.executable in line]  # launchers
+    return ours + [line for line in ps if "allreduce-edu rank" in line and " engine;" in line]  # ranks, by title
 
 
 @pytest.mark.slow
