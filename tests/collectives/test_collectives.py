@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import cluster_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import allreduce_edu as ae
 from allreduce_edu.collectives import ALGORITHMS, OPS
-from conftest import cluster_for
 
 DTYPES = ["float32", "float64", "int32", "int64"]
 REFERENCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}

@@ -14,8 +14,8 @@ from conftest import cluster_for
 
 import allreduce_edu as ae
 from allreduce_edu.collectives.hierarchical import hierarchical, node_size
-from allreduce_edu.costmodel import predict_on_links
 from allreduce_edu.comm.links import Link, Links, hold, parse_topology
+from allreduce_edu.costmodel import predict_on_links
 
 MiB = 1 << 20
 # a slow network between nodes: 2 ms per message and 1 MiB in 20 ms; fast links inside a node

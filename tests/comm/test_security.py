@@ -10,16 +10,15 @@ import time
 import grpc
 import numpy as np
 import pytest
+from conftest import cluster_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import allreduce_edu as ae
-from allreduce_edu._proto import rank_pb2 as pb
 from allreduce_edu.comm.auth import RANK_KEY, TLS, TOKEN_KEY
 from allreduce_edu.comm.grpc import EXCHANGE, GrpcCommunicator
 from allreduce_edu.comm.mailbox import Message, Signature
 from allreduce_edu.comm.wire import encode_frames
-from conftest import cluster_for
 
 x509 = pytest.importorskip("cryptography.x509")
 from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402

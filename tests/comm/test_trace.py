@@ -6,9 +6,9 @@ import math
 
 import numpy as np
 import pytest
+from conftest import cluster_for
 
 import allreduce_edu as ae
-from conftest import cluster_for
 
 
 def _allreduce(comm, count, algorithm):
@@ -85,7 +85,7 @@ def test_receives_are_recorded_by_the_receiver():
 
 
 def _many_messages(comm, count):
-    for i in range(count):
+    for _i in range(count):
         ae.allreduce(comm, np.ones(2), algorithm="naive")
     return comm.trace.dropped
 

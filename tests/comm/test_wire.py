@@ -8,6 +8,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+from conftest import cluster_for
 
 from allreduce_edu._proto import codegen
 from allreduce_edu._proto import rank_pb2 as pb
@@ -15,7 +16,6 @@ from allreduce_edu.comm.auth import TOKEN_KEY
 from allreduce_edu.comm.grpc import EXCHANGE, SERVICE, GrpcCommunicator
 from allreduce_edu.comm.mailbox import Message, Signature
 from allreduce_edu.comm.wire import WireError, check_header, decode_frame, encode_frames
-from conftest import cluster_for
 
 
 def test_committed_stubs_match_a_fresh_codegen(tmp_path):

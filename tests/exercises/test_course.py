@@ -8,8 +8,7 @@ import re
 import pytest
 
 from allreduce_edu import course
-from allreduce_edu.exercises import hint, progress, reference, solution
-from allreduce_edu.exercises import registry
+from allreduce_edu.exercises import hint, progress, reference, registry, solution
 from allreduce_edu.exercises.feedback import Feedback
 
 EXERCISES = registry.all_exercises()
@@ -69,7 +68,7 @@ def test_hints_come_in_steps_then_point_at_the_solution(exercise, capsys):
     ex = EXERCISES[exercise]
     assert len(ex.hints) >= (2 if ex.kind == "code" else 1)
     registry._hints_given.pop(exercise, None)
-    for k in range(len(ex.hints) + 1):
+    for _ in range(len(ex.hints) + 1):
         hint(exercise)
     shown = capsys.readouterr().out
     for k, text in enumerate(ex.hints):
@@ -148,3 +147,17 @@ def test_tests_never_write_to_the_users_data_directory():
     from allreduce_edu.exercises.progress import data_dir
 
     assert "allreduce-edu-test-data-" in str(data_dir())
+
+
+@pytest.mark.parametrize("lesson", sorted(LESSONS))
+def test_pictures_fit_a_jupyterlab_column(lesson):
+    """ASCII pictures stay within 90 columns: a 1280 px JupyterLab window with the file browser open."""
+    for i, cell in enumerate(LESSONS[lesson]["cells"]):
+        if cell["cell_type"] != "markdown":
+            continue
+        inside = False
+        for line in course.source(cell).splitlines():
+            if line.strip().startswith("```"):
+                inside = not inside
+            elif inside:
+                assert len(line) <= 90, f"lesson {lesson}, cell {i}: {len(line)} columns: {line[:50]}…"

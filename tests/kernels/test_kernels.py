@@ -14,8 +14,12 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from allreduce_edu import kernels
-from allreduce_edu.reference import (layernorm_naive_float32, layernorm_reference, reduce_reference,
-                                     rmsnorm_reference)
+from allreduce_edu.reference import (
+    layernorm_naive_float32,
+    layernorm_reference,
+    reduce_reference,
+    rmsnorm_reference,
+)
 
 DTYPES = [np.float32, np.float64, np.int32, np.int64]
 FLOATS = [np.float32, np.float64]

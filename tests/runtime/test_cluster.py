@@ -12,10 +12,10 @@ import time
 
 import numpy as np
 import pytest
+from conftest import cluster_for
 
 import allreduce_edu as ae
 from allreduce_edu.comm.errors import CollectiveAborted
-from conftest import cluster_for
 
 
 def _whoami(comm, greeting):

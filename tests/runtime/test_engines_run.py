@@ -13,8 +13,12 @@ import pytest
 
 from allreduce_edu.exercises import reference
 from allreduce_edu.runtime import engines
-from allreduce_edu.runtime.engines import compare_with_builtin, engine_available, format_comparison, run_on_engine
-
+from allreduce_edu.runtime.engines import (
+    compare_with_builtin,
+    engine_available,
+    format_comparison,
+    run_on_engine,
+)
 
 ring = reference("03.1")  # lesson 03's ring, as the course's reference solution writes it
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import cluster_for
 
 import allreduce_edu as ae
 from allreduce_edu.replay import chunk_bounds, replay
 from allreduce_edu.trace import Event, Trace
-from conftest import cluster_for
 
 ALGORITHMS = ["ring", "tree", "naive", "all_to_all", "recursive_doubling", "rabenseifner"]
 WORLD_SIZES = range(1, 9)

@@ -8,14 +8,22 @@ import time
 
 import numpy as np
 import pytest
+from conftest import cluster_for
 from PIL import Image
 
 import allreduce_edu as ae
 from allreduce_edu.bench import allreduce as bench
-from allreduce_edu.viz import (NaiveAnimation, RingAnimation, StepAnimation, TreeAnimation, animate, plot_bandwidth,
-                               plot_cost_model, plot_timeline)
+from allreduce_edu.viz import (
+    NaiveAnimation,
+    RingAnimation,
+    StepAnimation,
+    TreeAnimation,
+    animate,
+    plot_bandwidth,
+    plot_cost_model,
+    plot_timeline,
+)
 from allreduce_edu.viz.frame import cell_label
-from conftest import cluster_for
 
 PNG, GIF = b"\x89PNG\r\n\x1a\n", b"GIF8"
 
@@ -152,7 +160,7 @@ def test_frame_render_time(capsys):
         cluster, x = ring_run(8, algorithm)
         view = animate(cluster, values=x)
         samples = []
-        for i in range(1, len(view.states)):  # step 0 was drawn at construction: these are all fresh renders
+        for _i in range(1, len(view.states)):  # step 0 was drawn at construction: these are all fresh renders
             start = time.perf_counter()
             view.step_by(1)
             samples.append(time.perf_counter() - start)
