@@ -1,4 +1,5 @@
-"""The one table of reduction ops, and of norms: every other table in the package derives from these.
+"""The one table of reduction ops, and of norms:
+every other table in the package derives from these.
 
 Names as in NCCL and MPI (`ncclSum`, `MPI_SUM`): gloo's `ReductionFunction` table is the model.
 """
@@ -16,7 +17,8 @@ _TABLE = (("sum",  np.add,       "SUM",   "SUM"),
 OPS: dict[str, np.ufunc] = {name: ufunc for name, ufunc, _, _ in _TABLE}  # op -> elementwise ufunc
 MPI_OPS: dict[str, str] = {name: mpi for name, _, mpi, _ in _TABLE}  # op -> attribute of mpi4py.MPI
 TORCH_OPS: dict[str, str] = {name: torch for name, _, _, torch in _TABLE}  # op -> torch ReduceOp
-NORMS = ("layernorm", "rmsnorm")  # what the fused Reduce + norm + Broadcast operator can normalise with
+# what the fused Reduce + norm + Broadcast operator can normalise with
+NORMS = ("layernorm", "rmsnorm")
 
 
 def check_op(op: str, rank: int | None = None) -> str:

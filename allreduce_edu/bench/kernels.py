@@ -10,20 +10,23 @@ from .. import kernels
 
 
 def numpy_layernorm(x, gamma, beta, eps=1e-5):
-    """The NumPy formula (x - mean) / sqrt(var + eps) * gamma + beta: a pass and a temporary per operator."""
+    """The NumPy formula (x - mean) / sqrt(var + eps) * gamma + beta: a pass and a temporary per
+    operator."""
     mean = x.mean(axis=-1, keepdims=True)
     var = x.var(axis=-1, keepdims=True)
     return (x - mean) / np.sqrt(var + eps) * gamma + beta
 
 
 def _median_seconds(calls, repeat):
-    """Median wall time of each call over repeat rounds, after a warm-up round (compile, page faults).
+    """Median wall time of each call over repeat rounds, after a warm-up round (compile, page
+    faults).
 
-    Rounds interleave the calls, so a noisy neighbour slows every kernel alike and the ratios stay fair.
+    Rounds interleave the calls, so a noisy neighbour slows every kernel alike and the ratios stay
+    fair.
     """
     times = [[] for _ in calls]
     for round_ in range(repeat + 1):
-        for call, samples in zip(calls, times):
+        for call, samples in zip(calls, times, strict=True):
             t0 = time.perf_counter()
             call()
             if round_ > 0:
@@ -42,12 +45,14 @@ def _torch_layernorm(x, gamma, beta, eps):
 
 
 def kernel_bench(rows=8192, hidden=4096, dtype="float32", partials=4, repeat=5) -> list[dict]:
-    """Time each norm kernel (bytes = inputs read once + output written once) against a one-core NumPy copy."""
+    """Time each norm kernel (bytes = inputs read once + output written once) against a one-core
+    NumPy copy."""
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
     if min(rows, hidden, partials, repeat) < 1:
-        raise ValueError(f"rows, hidden, partials and repeat must be >= 1, got {rows}, {hidden}, {partials}, {repeat}")
+        raise ValueError(f"rows, hidden, partials and repeat must be >= 1, "
+                         f"got {rows}, {hidden}, {partials}, {repeat}")
     rng = np.random.default_rng(0)
     parts = rng.random((max(partials, 2), rows, hidden), dtype=dtype) + 1  # (k, rows, hidden)
     x, incoming = parts[0], parts[1]
@@ -58,8 +63,10 @@ def kernel_bench(rows=8192, hidden=4096, dtype="float32", partials=4, repeat=5) 
     k = partials
     cases = [  # (kernel, bytes moved at minimum, call)
         ("numpy copy", 2 * row_bytes, lambda: np.copyto(out, x)),
-        ("layernorm", 2 * row_bytes + param_bytes, lambda: kernels.layernorm(x, gamma, beta, eps, out=out)),
-        ("numpy layernorm", 2 * row_bytes + param_bytes, lambda: numpy_layernorm(x, gamma, beta, eps)),
+        ("layernorm", 2 * row_bytes + param_bytes,
+         lambda: kernels.layernorm(x, gamma, beta, eps, out=out)),
+        ("numpy layernorm", 2 * row_bytes + param_bytes,
+         lambda: numpy_layernorm(x, gamma, beta, eps)),
         ("add_layernorm", 3 * row_bytes + param_bytes,
          lambda: kernels.add_layernorm(x, incoming, gamma, beta, eps, out=out)),
         (f"sum_layernorm[{k}]", (k + 1) * row_bytes + param_bytes,
@@ -72,9 +79,11 @@ def kernel_bench(rows=8192, hidden=4096, dtype="float32", partials=4, repeat=5) 
     if torch_call is not None:
         cases.append(("torch layer_norm", 2 * row_bytes + param_bytes, torch_call))
     results = []
-    for (name, nbytes, _), seconds in zip(cases, _median_seconds([call for *_, call in cases], repeat)):
-        results.append({"kernel": name, "rows": rows, "hidden": hidden, "dtype": dtype.name, "bytes": nbytes,
-                        "time_us": seconds * 1e6, "gbps": nbytes / seconds / 1e9})
+    for (name, nbytes, _), seconds in zip(cases,
+                                          _median_seconds([call for *_, call in cases], repeat),
+                                          strict=True):
+        results.append({"kernel": name, "rows": rows, "hidden": hidden, "dtype": dtype.name,
+                        "bytes": nbytes, "time_us": seconds * 1e6, "gbps": nbytes / seconds / 1e9})
     copy_gbps = results[0]["gbps"]
     for r in results:
         r["vs_copy"] = r["gbps"] / copy_gbps
@@ -82,17 +91,24 @@ def kernel_bench(rows=8192, hidden=4096, dtype="float32", partials=4, repeat=5) 
 
 
 def format_kernel_table(rows: list[dict]) -> str:
-    """The rows as an aligned text table, then how many times faster each kernel is than its NumPy version."""
+    """The rows as an aligned text table, then how many times faster each kernel is than its NumPy
+    version."""
     width = max([len("kernel")] + [len(r["kernel"]) for r in rows])
-    lines = [f"#{'kernel':>{width}} {'rows':>7} {'hidden':>7} {'type':>8} {'bytes':>12} {'time':>10} {'bw':>8} {'vs':>6}",
-             f"#{'':>{width}} {'':>7} {'':>7} {'':>8} {'(B)':>12} {'(us)':>10} {'(GB/s)':>8} {'copy':>6}"]
+    lines = [f"#{'kernel':>{width}} {'rows':>7} {'hidden':>7} {'type':>8} {'bytes':>12} "
+             f"{'time':>10} {'bw':>8} {'vs':>6}",
+             f"#{'':>{width}} {'':>7} {'':>7} {'':>8} {'(B)':>12} {'(us)':>10} {'(GB/s)':>8} "
+             f"{'copy':>6}"]
     for r in rows:
-        lines.append(f" {r['kernel']:>{width}} {r['rows']:>7} {r['hidden']:>7} {r['dtype']:>8} {r['bytes']:>12} "
-                     f"{r['time_us']:>10.1f} {r['gbps']:>8.2f} {r['vs_copy']:>6.2f}")
+        lines.append(f" {r['kernel']:>{width}} {r['rows']:>7} {r['hidden']:>7} {r['dtype']:>8} "
+                     f"{r['bytes']:>12} {r['time_us']:>10.1f} {r['gbps']:>8.2f} "
+                     f"{r['vs_copy']:>6.2f}")
     by_name = {r["kernel"]: r for r in rows}
-    for name, r in by_name.items():  # layernorm vs "numpy layernorm", sum_layernorm[k] vs "numpy sum+layernorm[k]"
+    # layernorm vs "numpy layernorm", sum_layernorm[k] vs "numpy sum+layernorm[k]"
+    for name, r in by_name.items():
         baseline = by_name.get("numpy " + name.replace("sum_layernorm", "sum+layernorm"))
         if baseline is not None:
-            lines.append(f"# {name} is {baseline['time_us'] / r['time_us']:.1f}x faster than {baseline['kernel']}")
-    lines.append("# numpy copy runs on one core (np.copyto); the Numba kernels use every core Numba was given")
+            lines.append(f"# {name} is {baseline['time_us'] / r['time_us']:.1f}x faster than "
+                         f"{baseline['kernel']}")
+    lines.append("# numpy copy runs on one core (np.copyto); "
+                 "the Numba kernels use every core Numba was given")
     return "\n".join(lines)

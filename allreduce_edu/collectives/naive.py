@@ -1,4 +1,5 @@
-"""Naive all-reduce: everything through one root, or everything to everyone. Introduced in lessons/02.
+"""Naive all-reduce: everything through one root, or everything to everyone.
+Introduced in lessons/02.
 
 Simple and correct, but the root moves (N-1)·S bytes each way: it is the bottleneck.
 """
@@ -30,7 +31,7 @@ def allreduce_naive(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
 @allreduce_algorithm("all_to_all", layout="star", phases=("exchange",), cost=costmodel.all_to_all,
                      colour="#CC79A7")
 def allreduce_all_to_all(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
-    """Every rank sends its whole buffer to every other and reduces all N itself (one step, (N-1)·S each).
+    """Every rank sends its whole buffer to every other and reduces all N (one step, (N-1)·S each).
 
     Not MPI's Alltoall (which sends a different piece to each rank): the naive direct exchange.
     """

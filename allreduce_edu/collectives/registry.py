@@ -1,6 +1,8 @@
-"""Every all-reduce algorithm described once, where it is registered; the checks every collective makes.
+"""Every all-reduce algorithm described once, where it is registered;
+the checks every collective makes.
 
-    @allreduce_algorithm("ring", layout="ring", phases=("reduce_scatter", "all_gather"), cost=costmodel.ring)
+    @allreduce_algorithm("ring", layout="ring", phases=("reduce_scatter", "all_gather"),
+                         cost=costmodel.ring)
     def allreduce_ring(comm, x, op="sum"): ...
 
 The description says how the animation lays ranks out, how the algorithm cuts a buffer into chunks,
@@ -21,12 +23,14 @@ from ..comm.base import check_array
 from ..ops import OPS
 from ..ops import check_op as _check_op
 
-LAYOUTS = ("ring", "star", "tree", "hypercube")  # ranks on a circle, around rank 0, by bit count, as a cube
+# ranks on a circle, around rank 0, by bit count, as a cube
+LAYOUTS = ("ring", "star", "tree", "hypercube")
 
 
 def split_bounds(size: int, chunks: int) -> np.ndarray:
     """Chunk edges as np.array_split cuts a flat buffer: sizes differ by at most one (ring.py)."""
-    return np.concatenate([[0], np.cumsum([len(p) for p in np.array_split(np.empty(size), chunks)])])
+    sizes = [len(p) for p in np.array_split(np.empty(size), chunks)]
+    return np.concatenate([[0], np.cumsum(sizes)])
 
 
 def block_bounds(size: int, chunks: int) -> np.ndarray:
@@ -49,12 +53,14 @@ class Algorithm:
     summary: str = ""  # one line, from the function's docstring
 
 
-ALGORITHMS: dict[str, Callable] = {}  # name -> run(comm, x, op), in registration order (the lessons' order)
+# name -> run(comm, x, op), in registration order (the lessons' order)
+ALGORITHMS: dict[str, Callable] = {}
 DESCRIPTIONS: dict[str, Algorithm] = {}  # name -> its description
 
 
 def describe(name: str) -> Algorithm | None:
-    """The description of `name`, or of the algorithm in a trace's collective name ("allreduce/ring")."""
+    """The description of `name`, or of the algorithm in a trace's collective name
+    ("allreduce/ring")."""
     return DESCRIPTIONS.get(name) or DESCRIPTIONS.get(name.rpartition("/")[2])
 
 
@@ -74,8 +80,8 @@ def reduce_into(acc: np.ndarray, x: np.ndarray, op: str) -> np.ndarray:
     return OPS[op](acc, x, out=acc)
 
 
-def allreduce_algorithm(name: str, *, layout: str = "ring", phases: tuple[str, ...] = (), bounds=split_bounds,
-                        cost=None, link_cost=None, colour: str = "#999999"):
+def allreduce_algorithm(name: str, *, layout: str = "ring", phases: tuple[str, ...] = (),
+                        bounds=split_bounds, cost=None, link_cost=None, colour: str = "#999999"):
     """Register `body(comm, x, op)` as all-reduce algorithm `name`, described by the keywords.
 
     The wrapper validates `op`, makes `x` a contiguous array of a wire dtype (lists convert as
@@ -83,7 +89,8 @@ def allreduce_algorithm(name: str, *, layout: str = "ring", phases: tuple[str, .
     differently fail with CollectiveMismatch. The body never sees (or changes) the caller's array.
     """
     if layout not in LAYOUTS:
-        raise ValueError(f"algorithm {name!r}: layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+        raise ValueError(f"algorithm {name!r}: layout must be one of {', '.join(LAYOUTS)}, "
+                         f"got {layout!r}")
 
     def register(body):
         @functools.wraps(body)
@@ -93,8 +100,8 @@ def allreduce_algorithm(name: str, *, layout: str = "ring", phases: tuple[str, .
             with comm.collective("allreduce", algorithm=name, op=op, dtype=x.dtype, shape=x.shape):
                 return body(comm, x, op)
         summary = (body.__doc__ or "").strip().split("\n")[0]
-        DESCRIPTIONS[name] = Algorithm(name, allreduce_with, layout, tuple(phases), bounds, cost, link_cost,
-                                       colour, summary)
+        DESCRIPTIONS[name] = Algorithm(name, allreduce_with, layout, tuple(phases), bounds, cost,
+                                       link_cost, colour, summary)
         ALGORITHMS[name] = allreduce_with
         costmodel.register(name, cost, link_cost)
         return allreduce_with

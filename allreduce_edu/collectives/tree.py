@@ -12,7 +12,8 @@ from .registry import allreduce_algorithm, reduce_into
 
 
 def reduce_tree(comm, x: np.ndarray, op: str = "sum", root: int = 0) -> np.ndarray:
-    """Binomial-tree reduce: the reduction lands on `root`; other ranks return their partial sums."""
+    """Binomial-tree reduce: the reduction lands on `root`;
+    other ranks return their partial sums."""
     n = comm.world_size
     vrank = (comm.rank - root) % n  # rank counted from the root
     acc = x.copy()

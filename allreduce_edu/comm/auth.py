@@ -38,7 +38,8 @@ class TLS:
     mutual: bool = False
 
     def server_credentials(self) -> grpc.ServerCredentials:
-        return grpc.ssl_server_credentials([(self.key, self.cert)], root_certificates=self.ca or self.cert,
+        return grpc.ssl_server_credentials([(self.key, self.cert)],
+                                           root_certificates=self.ca or self.cert,
                                            require_client_auth=self.mutual)
 
     def channel_credentials(self) -> grpc.ChannelCredentials:
@@ -48,7 +49,8 @@ class TLS:
 
 
 class TokenInterceptor(grpc.ServerInterceptor):
-    """Refuse every call that lacks the cluster's token (declared or not, any call kind) with UNAUTHENTICATED."""
+    """Refuse every call that lacks the cluster's token (declared or not, any call kind)
+    with UNAUTHENTICATED."""
 
     def __init__(self, token: str):
         self._token = token.encode()
@@ -58,7 +60,8 @@ class TokenInterceptor(grpc.ServerInterceptor):
         given = dict(details.invocation_metadata).get(TOKEN_KEY, "")
         if hmac.compare_digest(given.encode() if isinstance(given, str) else given, self._token):
             return continuation(details)
-        if details.method not in self._warned and len(self._warned) < 16:  # once per method, a few methods
+        # once per method, a few methods
+        if details.method not in self._warned and len(self._warned) < 16:
             self._warned.add(details.method)
             log.warning("refused a call to %s without the cluster token", details.method)
         return _REFUSE
@@ -68,5 +71,6 @@ def _refuse(request_or_iterator, context):
     context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong cluster token")
 
 
-# A stream-stream handler starts at once, whatever kind of call the client made, so nothing is read first.
+# A stream-stream handler starts at once, whatever kind of call the client made,
+# so nothing is read first.
 _REFUSE = grpc.stream_stream_rpc_method_handler(_refuse)

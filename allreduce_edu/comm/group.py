@@ -1,4 +1,5 @@
-"""A sub-communicator: some ranks of a communicator seen as a world of their own. Lessons 05 and 09.
+"""A sub-communicator: some ranks of a communicator seen as a world of their own.
+Lessons 05 and 09.
 
 MPI calls it `Comm_split`, torch.distributed `new_group`, NCCL `ncclCommSplit`: ranks renumbered
 0..len(ranks)-1, and every message tag prefixed with the group's name, so two groups that share
@@ -11,15 +12,18 @@ from .base import Communicator
 
 
 class Group:
-    """`ranks` of `comm` (this rank among them) as a communicator of `len(ranks)` ranks, named `name`."""
+    """`ranks` of `comm` (this rank among them) as a communicator of `len(ranks)` ranks,
+    named `name`."""
 
     def __init__(self, comm, ranks, name: str):
         ranks = [int(r) for r in ranks]
         if comm.rank not in ranks or len(set(ranks)) != len(ranks):
-            raise ValueError(f"rank {comm.rank}: a group needs distinct ranks including this one, got {ranks}")
+            raise ValueError(f"rank {comm.rank}: a group needs distinct ranks including this one, "
+                             f"got {ranks}")
         self.parent, self.ranks, self.name = comm, ranks, name
         self.rank, self.world_size = ranks.index(comm.rank), len(ranks)
-        self.timeout, self.trace = comm.timeout, comm.trace  # the parent's messages are this group's messages
+        # the parent's messages are this group's messages
+        self.timeout, self.trace = comm.timeout, comm.trace
         self.ranks_per_node: int | None = None  # a group is flat unless told otherwise
 
     def __repr__(self) -> str:
@@ -35,10 +39,12 @@ class Group:
         return self.parent.recv(self.ranks[src], f"{self.name}/{tag}", timeout)
 
     def sendrecv(self, dst, array, src, tag, **kw):
-        return self.parent.sendrecv(self.ranks[dst], array, self.ranks[src], f"{self.name}/{tag}", **kw)
+        return self.parent.sendrecv(self.ranks[dst], array, self.ranks[src], f"{self.name}/{tag}",
+                                    **kw)
 
     def collective(self, *args, **kwargs):
-        """Inside the parent's collective (the usual case), part of it; else a collective of the parent's."""
+        """Inside the parent's collective (the usual case), part of it;
+        else a collective of the parent's."""
         return self.parent.collective(*args, **kwargs)
 
     barrier = Communicator.barrier  # the same dissemination rounds, over this group's sendrecv

@@ -1,4 +1,5 @@
-"""gRPC transport: every rank serves `Rank` on 127.0.0.1 and keeps one Exchange stream open to each peer.
+"""gRPC transport: every rank serves `Rank` on 127.0.0.1 and keeps one Exchange stream open
+to each peer.
 
 A send returns once its data is copied into the stream (as MPI's eager sends do), not when the peer
 holds it: a per-message acknowledgement cost a third of the small-message latency here. A peer that
@@ -31,7 +32,8 @@ SERVER_OPTIONS = [("grpc.so_reuseport", 0)]  # one port, one rank
 
 
 class GrpcRequest(Request):
-    """A send in flight on a peer's stream; done once its last frame is encoded (the data is on its way)."""
+    """A send in flight on a peer's stream; done once its last frame is encoded
+    (the data is on its way)."""
 
     def __init__(self, *args):
         super().__init__(*args)
@@ -51,7 +53,8 @@ class GrpcRequest(Request):
 
 
 class PeerLink:
-    """This rank's one-way pipe to one peer: a client stream of frames that stays open for the cluster's life."""
+    """This rank's one-way pipe to one peer:
+    a client stream of frames that stays open for the cluster's life."""
 
     def __init__(self, comm: GrpcCommunicator, dst: int, address: str):
         self.comm, self.dst, self.address = comm, dst, address
@@ -70,16 +73,18 @@ class PeerLink:
             reply = rank_pb2_grpc.RankStub(self.channel).Ping(pb.PingRequest(src=self.comm.rank),
                                                              metadata=md, timeout=timeout)
         except (grpc.FutureTimeoutError, grpc.RpcError) as e:
-            why = e.details() if isinstance(e, grpc.RpcError) else f"no answer within {timeout:.0f} s"
-            raise RankFailure(f"rank {self.comm.rank} cannot reach rank {self.dst} at {self.address}: {why}",
-                              ranks=(self.dst,)) from None
+            why = (e.details() if isinstance(e, grpc.RpcError)
+                   else f"no answer within {timeout:.0f} s")
+            raise RankFailure(f"rank {self.comm.rank} cannot reach rank {self.dst} at "
+                              f"{self.address}: {why}", ranks=(self.dst,)) from None
         if (reply.rank, reply.world_size) != (self.dst, self.comm.world_size):
             raise RankFailure(f"{self.address} is rank {reply.rank} of {reply.world_size}, "
                               f"not rank {self.dst} of {self.comm.world_size}", ranks=(self.dst,))
         exchange = self.channel.stream_unary(EXCHANGE, request_serializer=None,
                                              response_deserializer=pb.ExchangeSummary.FromString)
         self._call = exchange.future(self._frames(), metadata=md)
-        self._call.add_done_callback(self._ended)  # runs when the stream ends: the peer closed or died
+        # runs when the stream ends: the peer closed or died
+        self._call.add_done_callback(self._ended)
 
     def post(self, msg: Message, request: GrpcRequest) -> None:
         with self._lock:
@@ -87,10 +92,12 @@ class PeerLink:
                 raise self._error
             self._seq += 1
             self._pending[self._seq] = request
-            self._outbox.put((msg, self._seq))  # under the lock: threads sending at once keep seq order
+            # under the lock: threads sending at once keep seq order
+            self._outbox.put((msg, self._seq))
 
     def _frames(self):
-        """The request stream: encode each message as gRPC asks for more (so gRPC's flow control holds senders back)."""
+        """The request stream: encode each message as gRPC asks for more
+        (so gRPC's flow control holds senders back)."""
         while (item := self._outbox.get()) is not None:
             msg, seq = item
             frames = encode_frames(msg, seq, self.comm.chunk_bytes)
@@ -144,21 +151,23 @@ class PeerLink:
 class GrpcCommunicator(Communicator):
     """A rank whose messages travel over gRPC between processes (or machines)."""
 
-    def __init__(self, rank: int, world_size: int, *, token: str, host: str = "127.0.0.1", port: int = 0,
-                 timeout: float = 30.0, max_message_bytes: int = MAX_MESSAGE_BYTES,
+    def __init__(self, rank: int, world_size: int, *, token: str, host: str = "127.0.0.1",
+                 port: int = 0, timeout: float = 30.0, max_message_bytes: int = MAX_MESSAGE_BYTES,
                  chunk_bytes: int = CHUNK_BYTES, tls: TLS | None = None):
         super().__init__(rank, world_size, timeout)
         if not token:
             raise ValueError("a gRPC rank needs the cluster's token: ranks refuse calls without it")
         self.tls = tls
-        self.rendezvous = None  # a callable(JoinRequest, context) -> JoinReply on the rank that hosts one
+        # a callable(JoinRequest, context) -> JoinReply on the rank that hosts one
+        self.rendezvous = None
         self.metadata = ((TOKEN_KEY, token), (RANK_KEY, str(rank)))
         self.max_message_bytes, self.chunk_bytes = max_message_bytes, chunk_bytes
         self.closing = False
         self._links: dict[int, PeerLink] = {}
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=world_size + 8,
-                                                              thread_name_prefix=f"rank{rank}-server"),
-                                   interceptors=[TokenInterceptor(token)], options=SERVER_OPTIONS)
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=world_size + 8,
+                                       thread_name_prefix=f"rank{rank}-server"),
+            interceptors=[TokenInterceptor(token)], options=SERVER_OPTIONS)
         self._server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(SERVICE, {
             "Exchange": grpc.stream_unary_rpc_method_handler(
                 self._serve_exchange, response_serializer=pb.ExchangeSummary.SerializeToString),
@@ -186,8 +195,9 @@ class GrpcCommunicator(Communicator):
     def _post(self, dst: int, msg: Message, chunk) -> Request:
         request = GrpcRequest(self, dst, msg.tag, msg.array.nbytes, msg.step, chunk)
         if msg.array.nbytes > self.max_message_bytes:
-            raise ValueError(f"rank {self.rank}: a {msg.array.nbytes}-byte message is over this cluster's "
-                             f"limit of {self.max_message_bytes} bytes; send it in pieces")
+            raise ValueError(f"rank {self.rank}: a {msg.array.nbytes}-byte message is over this "
+                             f"cluster's limit of {self.max_message_bytes} bytes; "
+                             f"send it in pieces")
         if dst == self.rank:  # to itself: straight into the mailbox
             msg.array = msg.array.copy()
             self._mailbox.deliver(msg)
@@ -202,7 +212,8 @@ class GrpcCommunicator(Communicator):
             link.fail(error, forever=False)
 
     def close(self, drain: float = 5.0) -> None:
-        """End every stream, wait up to `drain` seconds until peers have read what was sent, then stop serving."""
+        """End every stream, wait up to `drain` seconds until peers have read what was sent,
+        then stop serving."""
         self.closing = True
         deadline = time.monotonic() + drain
         for link in self._links.values():
@@ -218,13 +229,16 @@ class GrpcCommunicator(Communicator):
         return pb.PingReply(rank=self.rank, world_size=self.world_size)
 
     def _serve_join(self, request, context):
-        if self.rendezvous is None:  # set on rank 0 of an SPMD launch (allreduce_edu.runtime.rendezvous)
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"rank {self.rank} runs no rendezvous")
+        # set on rank 0 of an SPMD launch (allreduce_edu.runtime.rendezvous)
+        if self.rendezvous is None:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"rank {self.rank} runs no rendezvous")
         return self.rendezvous(request, context)
 
     def _serve_exchange(self, frames, context):
         """Assemble frames into arrays and deliver each complete one to the mailbox, in order."""
-        assembler = Assembler(self.rank, self.world_size, self._peer_rank(context), self.max_message_bytes)
+        assembler = Assembler(self.rank, self.world_size, self._peer_rank(context),
+                              self.max_message_bytes)
         for frame in frames:
             try:
                 message = assembler.add(frame)

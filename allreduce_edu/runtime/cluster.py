@@ -1,4 +1,5 @@
-"""Cluster: real rank processes for a notebook, and a function run on all of them. Introduced in lessons/00."""
+"""Cluster: real rank processes for a notebook, and a function run on all of them.
+Introduced in lessons/00."""
 
 from __future__ import annotations
 
@@ -21,23 +22,27 @@ TRANSPORTS = ("grpc", "local")
 class Cluster:
     """`world_size` ranks that stay up between `run` calls; `run(fn)` calls fn(comm) on every rank.
 
-    transport="grpc": one process per rank, each a gRPC server on `host` (127.0.0.1: this machine only),
-    with TLS when `tls` (a `TLS` of PEM bytes) is given. transport="local": one thread per rank in this
-    process, for instant traces and tests. `timeout` bounds every wait for a peer, in seconds.
+    transport="grpc": one process per rank, each a gRPC server on `host`
+    (127.0.0.1: this machine only), with TLS when `tls` (a `TLS` of PEM bytes) is given.
+    transport="local": one thread per rank in this process, for instant traces and tests.
+    `timeout` bounds every wait for a peer, in seconds.
     `links` (see allreduce_edu.comm.links) delays every message as an emulated network link would.
-    A world larger than this machine holds is refused before anything starts (`max_ranks` overrides).
+    A world larger than this machine holds is refused before anything starts
+    (`max_ranks` overrides).
     """
 
     def __init__(self, world_size: int = 4, transport: str = "grpc", timeout: float = 30.0,
                  host: str = "127.0.0.1", tls=None, links=None, max_ranks: int | None = None):
         if getattr(multiprocessing.current_process(), "_inheriting", False):
-            raise RuntimeError("A Cluster was created while a rank process was starting. " + GUARD_HINT)
+            raise RuntimeError("A Cluster was created while a rank process was starting. "
+                               + GUARD_HINT)
         check_world_size(world_size, transport != "local", max_ranks)
         if transport not in TRANSPORTS:
             raise ValueError(f"unknown transport {transport!r}; valid: {', '.join(TRANSPORTS)}")
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
-        self.world_size, self.transport, self.timeout, self.host = world_size, transport, timeout, host
+        self.world_size, self.transport = world_size, transport
+        self.timeout, self.host = timeout, host
         self.tls, self.links = tls, links
         self.trace = Trace()
         self._run_id = 0
@@ -47,15 +52,16 @@ class Cluster:
     def _start(self) -> None:
         self._dead: set[int] = set()
         if self.transport == "grpc":
-            self._world = ProcessRanks(self.world_size, secrets.token_hex(16), self.host, self.timeout, self.tls,
-                                     self.links)
+            self._world = ProcessRanks(self.world_size, secrets.token_hex(16), self.host,
+                                       self.timeout, self.tls, self.links)
         else:
             self._world = ThreadRanks(self.world_size, self.timeout, self.links)
         self._finalizer = weakref.finalize(self, self._world.close)
 
     @property
     def addresses(self) -> list[str]:
-        """Where each rank listens, by rank ("127.0.0.1:PORT"; "local:R" for the local transport)."""
+        """Where each rank listens, by rank
+        ("127.0.0.1:PORT"; "local:R" for the local transport)."""
         return list(self._world.addresses)
 
     @property
@@ -84,15 +90,17 @@ class Cluster:
     def run(self, fn, *args, **kwargs) -> list:
         """Call `fn(comm, *args, **kwargs)` on every rank; return the results by rank.
 
-        An exception on any rank stops the others at once and is raised here, naming its rank. Interrupted
-        (Ctrl-C, "interrupt kernel"), it stops every rank, replaces those that do not stop, and says so.
+        An exception on any rank stops the others at once and is raised here, naming its rank.
+        Interrupted (Ctrl-C, "interrupt kernel"), it stops every rank, replaces those that do not
+        stop, and says so.
         """
-        __tracebackhide__ = True  # noqa: F841 - IPython shows the learner's frames, not these
+        __tracebackhide__ = True  # IPython shows the learner's frames, not these
         if self.closed:
             raise RuntimeError("this Cluster is closed; create a new one (or call restart())")
         if self._dead:
-            raise RankFailure(f"rank(s) {sorted(self._dead)} died in an earlier run; call cluster.restart() "
-                              f"for a full world of {self.world_size}", ranks=tuple(sorted(self._dead)))
+            raise RankFailure(f"rank(s) {sorted(self._dead)} died in an earlier run; "
+                              f"call cluster.restart() for a full world of {self.world_size}",
+                              ranks=tuple(sorted(self._dead)))
         self._run_id += 1
         try:
             self._world.submit(self._run_id, fn, args, kwargs)
@@ -109,10 +117,12 @@ class Cluster:
             interrupted = _interrupted(fn, running, replaced, self.world_size)
         finally:
             self._world.finish()
-            self.trace = Trace.merge([Trace(r.events, r.receives, r.dropped) for r in reports.values()])
+            self.trace = Trace.merge([Trace(r.events, r.receives, r.dropped)
+                                      for r in reports.values()])
             print_outputs(reports)
         if interrupted:
-            raise KeyboardInterrupt(interrupted) from None  # the multiprocessing frames say nothing useful
+            # the multiprocessing frames say nothing useful
+            raise KeyboardInterrupt(interrupted) from None
         failures = [r for r in reports.values() if r.kind != "result"]
         if failures:
             raise root_cause(failures, fn)
@@ -135,7 +145,8 @@ class Cluster:
         return new
 
     def _stop(self, reports: dict[int, Report], error: CollectiveError) -> list[int]:
-        """Abort the collective on every rank still running; kill (and replace) any that does not stop.
+        """Abort the collective on every rank still running;
+        kill (and replace) any that does not stop.
 
         Returns the ranks that did not stop in time (all ranks are then fresh processes)."""
         self._world.abort(error)
@@ -145,22 +156,26 @@ class Cluster:
         stuck = [rank for rank in range(self.world_size) if rank not in reports]
         for rank in stuck:
             reports[rank] = Report(rank, self._run_id, kind="stuck", error=CollectiveTimeout(
-                f"rank {rank} was busy outside any collective while the others gave up on it ({error}); "
-                f"it did not stop within {GRACE:.0f} s, so the Cluster replaced all ranks", ranks=(rank,)))
+                f"rank {rank} was busy outside any collective while the others gave up on it "
+                f"({error}); it did not stop within {GRACE:.0f} s, "
+                f"so the Cluster replaced all ranks", ranks=(rank,)))
         if stuck:
             self.restart()
         return stuck
 
 
 def _interrupted(fn, running: list[int], replaced: list[int], world_size: int) -> str:
-    """The one paragraph a learner reads after interrupting cluster.run: what stopped, what was replaced."""
+    """The one paragraph a learner reads after interrupting cluster.run:
+    what stopped, what was replaced."""
     name = getattr(fn, "__name__", "fn")
     if not running:
-        return f"cluster.run({name}) was interrupted after every rank had finished; the cluster is ready."
+        return (f"cluster.run({name}) was interrupted after every rank had finished; "
+                f"the cluster is ready.")
     ranks = ", ".join(map(str, running))
     if not replaced:
-        return (f"cluster.run({name}) was interrupted: rank(s) {ranks} stopped their collective; the same "
-                f"{world_size} rank processes are ready for the next run.")
-    return (f"cluster.run({name}) was interrupted: rank(s) {', '.join(map(str, replaced))} did not stop within "
-            f"{GRACE:g} s (busy outside any collective), so all {world_size} ranks were replaced by fresh "
-            f"processes (new PIDs and ports); the cluster is ready for the next run.")
+        return (f"cluster.run({name}) was interrupted: rank(s) {ranks} stopped their collective; "
+                f"the same {world_size} rank processes are ready for the next run.")
+    return (f"cluster.run({name}) was interrupted: rank(s) {', '.join(map(str, replaced))} "
+            f"did not stop within {GRACE:g} s (busy outside any collective), "
+            f"so all {world_size} ranks were replaced by fresh processes (new PIDs and ports); "
+            f"the cluster is ready for the next run.")

@@ -1,10 +1,11 @@
 """Run a notebook's function on a real engine: MPI (mpirun) or torch.distributed (gloo). Lesson 09.
 
-    results = run_on_engine(fn, "gloo", 3)     # fn(comm) on 3 processes; comm is a TorchCommunicator
+    results = run_on_engine(fn, "gloo", 3)  # fn(comm) on 3 processes; comm is a TorchCommunicator
 
-The call travels by value (cloudpickle, as Cluster ships it) in a file of a private temporary folder;
-each rank writes its result or its error, with traceback and printed output, to a file of its own
-there. Pickles only ever pass through local files between this process and the ranks it started.
+The call travels by value (cloudpickle, as Cluster ships it) in a file of a private temporary
+folder; each rank writes its result or its error, with traceback and printed output, to a file
+of its own there.
+Pickles only ever pass through local files between this process and the ranks it started.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from .shipping import ship
 from .worker import GRACE
 
 ENGINES = ("mpi", "gloo")
-STOP = 2 * GRACE + 2  # seconds a launcher gets after SIGTERM (it gives its ranks GRACE) before SIGKILL
+# seconds a launcher gets after SIGTERM (it gives its ranks GRACE) before SIGKILL
+STOP = 2 * GRACE + 2
 
 
 def missing(engine: str) -> str:
@@ -50,40 +52,49 @@ def engine_available(engine: str) -> bool:
 
 def run_on_engine(fn, engine: str = "mpi", world_size: int = 3, *args, timeout: float = 120.0,
                   comm_timeout: float | None = None) -> list:
-    """Call `fn(comm, *args)` on `world_size` new `engine` processes: the results by rank, or the failing rank's error."""
-    # past `timeout` seconds every process is killed; `comm_timeout` bounds each wait for a peer (≤ 30 s by default)
+    """Call `fn(comm, *args)` on `world_size` new `engine` processes:
+    the results by rank, or the failing rank's error."""
+    # past `timeout` seconds every process is killed;
+    # `comm_timeout` bounds each wait for a peer (≤ 30 s by default)
     if missing(engine):
         raise RuntimeError(f"cannot run on {engine}: {missing(engine)}")
     comm_timeout = comm_timeout or min(30.0, timeout / 3)
     with tempfile.TemporaryDirectory(prefix="allreduce-edu-engine-") as folder:
         Path(folder, "call.pkl").write_bytes(ship(fn, args, {}))
-        Path(folder, "spec.json").write_text(json.dumps({"engine": engine, "comm_timeout": comm_timeout}))
+        Path(folder, "spec.json").write_text(json.dumps({"engine": engine,
+                                                         "comm_timeout": comm_timeout}))
         entry = ["-m", "allreduce_edu.runtime.worker", folder]
         if engine == "mpi":
             from ..comm.mpi import mpirun_command
             command = mpirun_command(world_size) + [sys.executable, *entry]
-        else:  # the package's launcher sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, as torchrun does
-            command = [sys.executable, "-m", "allreduce_edu.cli", "launch", "-n", str(world_size), *entry]
+        else:
+            # the package's launcher sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, like torchrun
+            command = [sys.executable, "-m", "allreduce_edu.cli", "launch", "-n", str(world_size),
+                       *entry]
         code, stderr = _run(command, timeout)
-        reports = {r.rank: r for r in (cloudpickle.loads(p.read_bytes()) for p in Path(folder).glob("rank*.pkl"))}
+        reports = {r.rank: r for r in (cloudpickle.loads(p.read_bytes())
+                                       for p in Path(folder).glob("rank*.pkl"))}
     print_outputs(reports)
     name = getattr(fn, "__name__", repr(fn))
     failures = sorted((r for r in reports.values() if r.kind != "result"), key=lambda r: r.rank)
     if failures:
         raise root_cause(failures, fn, where=f"run_on_engine({name}) over {engine}")
     if code is None:
-        raise TimeoutError(f"run_on_engine({name}) over {engine} did not finish within {timeout:g} s; every process "
-                           f"was stopped. Is a rank waiting for a message no one sends?")
+        raise TimeoutError(f"run_on_engine({name}) over {engine} did not finish within "
+                           f"{timeout:g} s; every process was stopped. "
+                           f"Is a rank waiting for a message no one sends?")
     if code or len(reports) != world_size:
-        raise RuntimeError(f"{engine}'s processes failed (exit code {code}, {len(reports)} of {world_size} ranks "
-                           f"reported):\n{stderr.strip()[-2000:]}")
+        raise RuntimeError(f"{engine}'s processes failed (exit code {code}, {len(reports)} of "
+                           f"{world_size} ranks reported):\n{stderr.strip()[-2000:]}")
     return [reports[rank].value for rank in range(world_size)]
 
 
 def _run(command: list[str], timeout: float) -> tuple[int | None, str]:
-    """Run `command` in a session of its own: (exit code, stderr); (None, stderr) after killing it all at timeout."""
-    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    """Run `command` in a session of its own: (exit code, stderr);
+    (None, stderr) after killing it all at timeout."""
+    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=True,
+                            env=dict(os.environ, PYTHONWARNINGS="ignore"))
     code, stderr = None, b""
     try:
         stderr, code = proc.communicate(timeout=timeout)[1], proc.returncode
@@ -101,15 +112,20 @@ def _run(command: list[str], timeout: float) -> tuple[int | None, str]:
 
 def compare_with_builtin(fn, engine: str = "mpi", world_size: int = 3, sizes=(10, 1_000_003),
                          dtypes=("float32", "int64"), timeout: float = 120.0) -> list[dict]:
-    """Run `fn(comm, x)` and the engine's own all-reduce on the same rank-derived x; one row per (dtype, size)."""
+    """Run `fn(comm, x)` and the engine's own all-reduce on the same rank-derived x;
+    one row per (dtype, size)."""
     blob = ship(fn, (), {})  # fn by value even where it is an argument (a test's, a script's)
-    per_rank = run_on_engine(_compare_on_rank, engine, world_size, blob, list(sizes), list(dtypes), timeout=timeout)
-    return [dict(rows[0], max_error=max(r["max_error"] for r in rows), ok=all(r["ok"] for r in rows), engine=engine,
-                 world_size=world_size) for rows in zip(*per_rank, strict=True)]  # one row per (dtype, size), over all ranks
+    per_rank = run_on_engine(_compare_on_rank, engine, world_size, blob, list(sizes), list(dtypes),
+                             timeout=timeout)
+    # one row per (dtype, size), over all ranks
+    return [dict(rows[0], max_error=max(r["max_error"] for r in rows),
+                 ok=all(r["ok"] for r in rows), engine=engine, world_size=world_size)
+            for rows in zip(*per_rank, strict=True)]
 
 
 def rank_input(rank: int, size: int, dtype: str) -> np.ndarray:
-    """Rank-derived data: seeded random floats (sums round by order) or integers of every sign (sums are exact)."""
+    """Rank-derived data: seeded random floats (sums round by order)
+    or integers of every sign (sums are exact)."""
     rng = np.random.default_rng(1000 + rank)
     if np.dtype(dtype).kind == "f":
         return rng.standard_normal(size).astype(dtype)
@@ -123,9 +139,10 @@ def _compare_on_rank(comm, blob: bytes, sizes, dtypes) -> list[dict]:
             x = rank_input(comm.rank, size, dtype)
             ours, engine = np.asarray(fn(comm, x.copy())), comm.builtin_allreduce(x)
             same = ours.shape == engine.shape and ours.dtype == engine.dtype
-            error = float(np.max(np.abs(ours.astype(np.float64) - engine), initial=0.0)) if same else float("inf")
-            ok = same and (np.allclose(ours, engine, rtol=1e-5, atol=1e-5) if dtype.startswith("float")
-                           else np.array_equal(ours, engine))
+            error = (float(np.max(np.abs(ours.astype(np.float64) - engine), initial=0.0)) if same
+                     else float("inf"))
+            ok = same and (np.allclose(ours, engine, rtol=1e-5, atol=1e-5)
+                           if dtype.startswith("float") else np.array_equal(ours, engine))
             rows.append({"dtype": dtype, "size": size, "max_error": error, "ok": bool(ok)})
     return rows
 
@@ -133,5 +150,5 @@ def _compare_on_rank(comm, blob: bytes, sizes, dtypes) -> list[dict]:
 def format_comparison(rows: list[dict]) -> str:
     """The rows of compare_with_builtin as a small table."""
     head = f"{'dtype':>8} {'elements':>10}  {'max |ours − ' + rows[0]['engine'] + '|':>18}  agree"
-    return "\n".join([head] + [f"{r['dtype']:>8} {r['size']:>10,}  {r['max_error']:>18.3g}  {'✓' if r['ok'] else '✗'}"
-                               for r in rows])
+    return "\n".join([head] + [f"{r['dtype']:>8} {r['size']:>10,}  {r['max_error']:>18.3g}  "
+                               f"{'✓' if r['ok'] else '✗'}" for r in rows])

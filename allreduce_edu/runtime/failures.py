@@ -1,5 +1,5 @@
-"""What a failed run tells its caller: the root cause, raised with its rank and traceback, and one line
-for everything that followed from it. Used by the Cluster and by run_on_engine."""
+"""What a failed run tells its caller: the root cause, raised with its rank and traceback,
+and one line for everything that followed from it. Used by the Cluster and by run_on_engine."""
 
 from __future__ import annotations
 
@@ -8,7 +8,13 @@ import re
 import types
 from collections import defaultdict
 
-from ..comm.errors import CollectiveAborted, CollectiveError, CollectiveMismatch, CollectiveTimeout, RankFailure
+from ..comm.errors import (
+    CollectiveAborted,
+    CollectiveError,
+    CollectiveMismatch,
+    CollectiveTimeout,
+    RankFailure,
+)
 from .worker import Report
 
 
@@ -23,13 +29,15 @@ def abort_error(report: Report) -> CollectiveError:
     """What the other ranks are told when `report`'s rank failed."""
     if report.kind == "died":
         return report.error  # RankFailure naming the dead rank: the survivors raise exactly this
-    return CollectiveAborted(f"rank {report.rank} failed ({type(report.error).__name__}: {report.error}); "
+    return CollectiveAborted(f"rank {report.rank} failed "
+                             f"({type(report.error).__name__}: {report.error}); "
                              f"this rank stopped its collective", ranks=(report.rank,))
 
 
 def _severity(report: Report) -> int:
-    """Lower is closer to the root cause: a death; the user's error or a mismatch; a rank stuck outside
-    any collective (the others' timeouts point at it, or at ranks that waited on it); then the effects."""
+    """Lower is closer to the root cause: a death; the user's error or a mismatch; a rank stuck
+    outside any collective (the others' timeouts point at it, or at ranks that waited on it);
+    then the effects."""
     e = report.error
     if report.kind == "died":
         return 0
@@ -41,8 +49,8 @@ def _severity(report: Report) -> int:
 
 
 def root_cause(failures: list[Report], fn, where: str | None = None) -> BaseException:
-    """The exception to raise for failed ranks: the root cause, with its rank, remote traceback and the
-    other ranks' fate. `where` names the call (default "cluster.run(fn)")."""
+    """The exception to raise for failed ranks: the root cause, with its rank, remote traceback
+    and the other ranks' fate. `where` names the call (default "cluster.run(fn)")."""
     cause = min(failures, key=_severity)  # min() keeps arrival order among equals
     error = cause.error
     if cause.traceback and error.__traceback__ is None:  # it came from another process
@@ -53,7 +61,8 @@ def root_cause(failures: list[Report], fn, where: str | None = None) -> BaseExce
     stopped = sorted(r.rank for r in others if type(r.error) is CollectiveAborted)
     if stopped:
         notes.append(f"rank(s) {_list(stopped)} stopped their collective because of it")
-    if isinstance(error, CollectiveMismatch):  # one disagreement, seen from every side: name all its ranks
+    # one disagreement, seen from every side: name all its ranks
+    if isinstance(error, CollectiveMismatch):
         involved = sorted({rank for r in failures if isinstance(r.error, CollectiveMismatch)
                            for rank in (r.rank, *r.error.ranks)})
         notes.append(f"ranks {_list(involved)} are involved: every rank must make the same call")
@@ -74,9 +83,11 @@ def root_cause(failures: list[Report], fn, where: str | None = None) -> BaseExce
 
 
 def _restore_sources(text: str, fn) -> str:
-    """Put file names and source lines back into a rank's traceback: code shipped by value lost them."""
+    """Put file names and source lines back into a rank's traceback:
+    code shipped by value lost them."""
     codes: dict[str, list] = {}
-    todo = [getattr(fn, "__code__", None)] + [getattr(f, "__code__", None) for f in getattr(fn, "__globals__", {}).values()]
+    todo = [getattr(fn, "__code__", None)] + [getattr(f, "__code__", None)
+                                              for f in getattr(fn, "__globals__", {}).values()]
     while todo:
         code = todo.pop()
         if isinstance(code, types.CodeType):
@@ -89,7 +100,8 @@ def _restore_sources(text: str, fn) -> str:
             lines = [n for _, _, n in code.co_lines() if n is not None]
             if lines and min(lines) <= line <= max(lines):
                 source = linecache.getline(code.co_filename, line).strip()
-                return f'File "{code.co_filename}", line {line}, in {name}' + (f"\n    {source}" if source else "")
+                return (f'File "{code.co_filename}", line {line}, in {name}'
+                        + (f"\n    {source}" if source else ""))
         return match[0]
 
     return re.sub(r'File "<dynamic-code>", line (\d+), in (\S+)', restore, text)

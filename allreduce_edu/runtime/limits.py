@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 
 ENV = "ALLREDUCE_EDU_MAX_RANKS"
-RANK_MIB = 150  # resident memory of one gRPC rank process (measured ~110-140 MiB after a soak), with margin
+# resident memory of one gRPC rank process (measured ~110-140 MiB after a soak), with margin
+RANK_MIB = 150
 PROCESSES_PER_CORE = 8  # beyond this, ranks mostly wait for each other's CPU; timeouts follow
 THREADS_PER_CORE = 64  # thread ranks (transport="local") share one process: cheap, but not free
 
@@ -36,17 +37,19 @@ def limit(processes: bool = True) -> tuple[int, str]:
     cores = os.cpu_count() or 1
     if not processes:
         return THREADS_PER_CORE * cores, f"{THREADS_PER_CORE} thread ranks per core × {cores} cores"
-    by_cpu, why = PROCESSES_PER_CORE * cores, f"{PROCESSES_PER_CORE} rank processes per core × {cores} cores"
+    by_cpu = PROCESSES_PER_CORE * cores
+    why = f"{PROCESSES_PER_CORE} rank processes per core × {cores} cores"
     free = available_bytes()
     if free is not None and free // (RANK_MIB << 20) < by_cpu:
-        return max(1, int(free // (RANK_MIB << 20))), (f"{free / 2**30:.1f} GiB of memory available ÷ "
-                                                      f"~{RANK_MIB} MiB per rank process")
+        return max(1, int(free // (RANK_MIB << 20))), (
+            f"{free / 2**30:.1f} GiB of memory available ÷ ~{RANK_MIB} MiB per rank process")
     return by_cpu, why
 
 
 def check_world_size(world_size, processes: bool = True, max_ranks: int | None = None,
                      what: str = "world_size") -> int:
-    """`world_size` if this machine can hold that many ranks; ValueError naming the limit and the override."""
+    """`world_size` if this machine can hold that many ranks;
+    ValueError naming the limit and the override."""
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"{what} must be an integer >= 1, got {world_size!r}")
     if max_ranks is None and os.environ.get(ENV, "").strip():
@@ -56,11 +59,13 @@ def check_world_size(world_size, processes: bool = True, max_ranks: int | None =
             raise ValueError(f"{ENV}={os.environ[ENV]!r} is not a number of ranks") from None
     if max_ranks is not None:
         if world_size > max_ranks:
-            raise ValueError(f"{what}={world_size} is over max_ranks={max_ranks}, the limit you set")
+            raise ValueError(f"{what}={world_size} is over max_ranks={max_ranks}, "
+                             f"the limit you set")
         return world_size
     most, why = limit(processes)
     if world_size > most:
-        raise ValueError(f"{what}={world_size} is more ranks than this machine can hold at once: at most "
-                         f"{most} ({why}). If you know better, raise the limit: max_ranks={world_size} "
-                         f"(Cluster), --max-ranks {world_size} (command line) or {ENV}={world_size}.")
+        raise ValueError(f"{what}={world_size} is more ranks than this machine can hold at once: "
+                         f"at most {most} ({why}). "
+                         f"If you know better, raise the limit: max_ranks={world_size} (Cluster), "
+                         f"--max-ranks {world_size} (command line) or {ENV}={world_size}.")
     return world_size

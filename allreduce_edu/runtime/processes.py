@@ -15,22 +15,25 @@ from . import worker
 from .shipping import ship
 from .worker import Report
 
-GUARD_HINT = ("Rank processes are started with 'spawn', which re-imports your script in every rank. "
-              "Put the code that creates the Cluster under\n\n    if __name__ == \"__main__\":\n\n"
+GUARD_HINT = ("Rank processes are started with 'spawn', which re-imports your script in every "
+              "rank. Put the code that creates the Cluster under\n\n"
+              "    if __name__ == \"__main__\":\n\n"
               "so the ranks do not start clusters of their own.")
 
 
 class ProcessRanks:
     """One spawned process per rank, each a gRPC server; the parent talks to each over a pipe."""
 
-    def __init__(self, world_size: int, token: str, host: str, timeout: float, tls=None, links=None):
-        ctx = multiprocessing.get_context("spawn")  # never fork: gRPC and Numba's threads are not fork-safe
+    def __init__(self, world_size: int, token: str, host: str, timeout: float, tls=None,
+                 links=None):
+        # never fork: gRPC and Numba's threads are not fork-safe
+        ctx = multiprocessing.get_context("spawn")
         self.conns, self.procs = [], []
         for rank in range(world_size):
             parent_end, child_end = ctx.Pipe()
             proc = ctx.Process(target=worker.main, name=f"allreduce-edu-rank-{rank}", daemon=True,
-                               args=(worker.ClusterStart(rank, world_size, token, host, timeout, child_end, tls,
-                                                         links),))
+                               args=(worker.ClusterStart(rank, world_size, token, host, timeout,
+                                                         child_end, tls, links),))
             proc.start()
             child_end.close()
             self.conns.append(parent_end)
@@ -53,8 +56,8 @@ class ProcessRanks:
                 waiting + [p.sentinel for r, p in enumerate(self.procs) if r not in values],
                 max(deadline - time.monotonic(), 0))
             if not ready:
-                raise RankFailure(f"ranks {sorted(set(range(len(self.procs))) - set(values))} did not start "
-                                  f"within {timeout:.0f} s")
+                raise RankFailure(f"ranks {sorted(set(range(len(self.procs))) - set(values))} "
+                                  f"did not start within {timeout:.0f} s")
             for rank, conn in enumerate(self.conns):
                 if conn in ready and rank not in values:
                     try:
@@ -66,13 +69,15 @@ class ProcessRanks:
                     values[rank] = value
             for rank, proc in enumerate(self.procs):
                 if rank not in values and not proc.is_alive():
-                    raise RuntimeError(f"rank {rank} exited while starting (exit code {proc.exitcode}). "
-                                       + (GUARD_HINT if hasattr(sys.modules["__main__"], "__file__") else ""))
+                    hint = GUARD_HINT if hasattr(sys.modules["__main__"], "__file__") else ""
+                    raise RuntimeError(f"rank {rank} exited while starting "
+                                       f"(exit code {proc.exitcode}). " + hint)
         return [values[r] for r in range(len(self.procs))]
 
     def submit(self, run_id: int, fn, args, kwargs) -> None:
         payload = ship(fn, args, kwargs)
-        self.check_alive()  # before any rank starts: a dead one would leave the others waiting on it
+        # before any rank starts: a dead one would leave the others waiting on it
+        self.check_alive()
         for conn in self.conns:
             conn.send(("run", (run_id, run_id, payload)))
 
@@ -82,15 +87,15 @@ class ProcessRanks:
         if dead:
             how = ", ".join(f"rank {r} (exit code {self.procs[r].exitcode})" for r in dead
                             if not isinstance(self.procs[r], _Closed))
-            raise RankFailure(f"{how or 'ranks ' + str(dead)} died while idle; call cluster.restart() for a "
-                              f"full world", ranks=tuple(dead))
+            raise RankFailure(f"{how or 'ranks ' + str(dead)} died while idle; "
+                              f"call cluster.restart() for a full world", ranks=tuple(dead))
 
     def wait(self, timeout: float, run_id: int) -> list[Report]:
         """Reports that arrived within `timeout`, plus a "died" report for each rank that exited."""
         reports = []
         live = [r for r, p in enumerate(self.procs) if not isinstance(p, _Closed)]
-        ready = multiprocessing.connection.wait([self.conns[r] for r in live] + [self.procs[r].sentinel for r in live],
-                                                timeout)
+        ready = multiprocessing.connection.wait([self.conns[r] for r in live]
+                                                + [self.procs[r].sentinel for r in live], timeout)
         for rank in live:
             conn = self.conns[rank]
             if conn in ready:
@@ -103,9 +108,11 @@ class ProcessRanks:
                     reports.append(report)
         for rank in live:
             proc = self.procs[rank]
-            if proc.sentinel in ready and not proc.is_alive() and not any(r.rank == rank for r in reports):
+            if (proc.sentinel in ready and not proc.is_alive()
+                    and not any(r.rank == rank for r in reports)):
                 code = proc.exitcode
-                how = f"killed by {signal.Signals(-code).name}" if code and code < 0 else f"exit code {code}"
+                how = (f"killed by {signal.Signals(-code).name}" if code and code < 0
+                       else f"exit code {code}")
                 reports.append(Report(rank, run_id, kind="died", error=RankFailure(
                     f"rank {rank} died ({how})", ranks=(rank,))))
                 self.conns[rank], self.procs[rank] = _Closed(), _Closed()

@@ -1,4 +1,5 @@
-"""Ranks as threads of this process, over the local transport: instant traces for animations and tests."""
+"""Ranks as threads of this process, over the local transport:
+instant traces for animations and tests."""
 
 from __future__ import annotations
 
@@ -27,11 +28,12 @@ class ThreadRanks:
     def submit(self, run_id: int, fn, args, kwargs) -> None:
         payload = ship(fn, args, kwargs)  # the same by-value semantics as processes
         self._router = _OutputRouter.install()
+        # before any thread starts: an abort that follows must not be undone
         for comm in self.world.comms:
-            comm.begin_run(run_id)  # before any thread starts: an abort that follows must not be undone
+            comm.begin_run(run_id)
         for comm in self.world.comms:
-            threading.Thread(target=self._run, args=(comm, run_id, payload), name=f"local-rank{comm.rank}",
-                             daemon=True).start()
+            threading.Thread(target=self._run, args=(comm, run_id, payload),
+                             name=f"local-rank{comm.rank}", daemon=True).start()
 
     def _run(self, comm, run_id, payload) -> None:
         output = io.StringIO()
@@ -64,7 +66,8 @@ class ThreadRanks:
 
 
 class _OutputRouter(io.TextIOBase):
-    """sys.stdout for thread ranks: each rank thread writes to its own buffer, others pass through."""
+    """sys.stdout for thread ranks:
+    each rank thread writes to its own buffer, others pass through."""
 
     def __init__(self, fallback):
         self.fallback, self.buffers = fallback, {}

@@ -1,4 +1,5 @@
-"""The life of every rank process the package starts: set up, connect, run what arrives, report back."""
+"""The life of every rank process the package starts:
+set up, connect, run what arrives, report back."""
 
 from __future__ import annotations
 
@@ -19,12 +20,14 @@ import setproctitle
 
 from ..comm.errors import CollectiveError
 
-GRACE = 3.0  # seconds a process gets to stop when asked (an aborted rank, a SIGTERMed one) before it is killed
+# seconds a process gets to stop when asked (an aborted rank, a SIGTERMed one) before it is killed
+GRACE = 3.0
 
 
 @dataclass
 class Report:
-    """What a rank sends back after a run: its value or its error, its trace events and its output."""
+    """What a rank sends back after a run:
+    its value or its error, its trace events and its output."""
 
     rank: int
     run_id: int
@@ -39,11 +42,12 @@ class Report:
 
 
 def execute(comm, run_id: int, payload: bytes, output: io.StringIO) -> Report:
-    """Run a shipped `fn(comm, *args, **kwargs)` on this rank and report how it went (after `comm.begin_run`)."""
+    """Run a shipped `fn(comm, *args, **kwargs)` on this rank and report how it went
+    (after `comm.begin_run`)."""
     try:
         fn, args, kwargs = cloudpickle.loads(payload)
         report = Report(comm.rank, run_id, value=fn(comm, *args, **kwargs))
-    except BaseException as e:  # noqa: BLE001 - everything goes back to the caller, with its traceback
+    except BaseException as e:  # noqa: BLE001 - everything goes to the caller, with its traceback
         report = Report(comm.rank, run_id, error=e, traceback=traceback.format_exc(), kind="error")
     report.events, report.receives = list(comm.trace.events), list(comm.trace.receives)
     report.dropped = comm.trace.dropped
@@ -55,13 +59,14 @@ def serialise_error(report: Report) -> Report:
     """Make the report's error picklable (it crosses a pipe); fall back to a description."""
     try:
         cloudpickle.dumps(report.error)
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - whatever fails to pickle falls back to a description
         report.error = RuntimeError(f"{type(report.error).__name__}: {report.error}")
     return report
 
 
 class DeferredLog(logging.Handler):
-    """Keeps this rank's log lines until the next run reports, so they print with it, prefixed by rank."""
+    """Keeps this rank's log lines until the next run reports,
+    so they print with it, prefixed by rank."""
 
     def __init__(self):
         super().__init__(logging.INFO)
@@ -79,21 +84,27 @@ class DeferredLog(logging.Handler):
 LOG = DeferredLog()
 
 
-def become_rank(rank: int, world_size: int, parent: int | None, role: str, *, interruptible: bool = False) -> None:
-    """What every rank process does first: show as `allreduce-edu rank R/N (role)` in ps, share the cores,
-    hand the GIL over often, exit when `parent` (the pid that started it) is gone; unless `interruptible`
-    (a launched script), also survive the notebook's Ctrl-C and keep its logs for its next report."""
-    setproctitle.setproctitle(f"allreduce-edu rank {rank}/{world_size} ({role}; parent pid {parent or '-'})")
+def become_rank(rank: int, world_size: int, parent: int | None, role: str, *,
+                interruptible: bool = False) -> None:
+    """What every rank process does first: show as `allreduce-edu rank R/N (role)` in ps,
+    share the cores, hand the GIL over often, exit when `parent` (the pid that started it) is gone;
+    unless `interruptible` (a launched script), also survive the notebook's Ctrl-C and keep its logs
+    for its next report."""
+    setproctitle.setproctitle(f"allreduce-edu rank {rank}/{world_size} "
+                              f"({role}; parent pid {parent or '-'})")
     if not interruptible:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # "interrupt kernel" signals the whole group: the caller copes
+        # "interrupt kernel" signals the whole group: the caller copes
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         logger = logging.getLogger("allreduce_edu")
         logger.addHandler(LOG)
-        logger.propagate = False  # never to the inherited stderr: in Jupyter it would land in whichever cell runs
+        # never to the inherited stderr: in Jupyter it would land in whichever cell runs
+        logger.propagate = False
     # ranks share this machine's cores: give each rank's Numba kernels its share, not all of them
     os.environ.setdefault("NUMBA_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world_size)))
     sys.setswitchinterval(2e-4)  # hand the GIL over often: gRPC threads and the algorithm share it
     if parent:
-        threading.Thread(target=_watch_parent, args=(parent,), name="parent-watch", daemon=True).start()
+        threading.Thread(target=_watch_parent, args=(parent,), name="parent-watch",
+                         daemon=True).start()
 
 
 def _watch_parent(parent: int) -> None:
@@ -106,9 +117,10 @@ def _watch_parent(parent: int) -> None:
 def main(start) -> None:
     """The one entry point of every rank process the package starts: `start` says how it connects.
 
-    ClusterStart: a Cluster's rank, a gRPC server that runs what arrives over its pipe until told to close.
-    EngineStart (`python -m allreduce_edu.runtime.worker FOLDER`): an MPI or gloo rank of run_on_engine,
-    which runs the one call in FOLDER and writes its report there.
+    ClusterStart: a Cluster's rank, a gRPC server that runs what arrives over its pipe
+    until told to close.
+    EngineStart (`python -m allreduce_edu.runtime.worker FOLDER`): an MPI or gloo rank of
+    run_on_engine, which runs the one call in FOLDER and writes its report there.
     """
     comm = start.connect()
     if comm is None:
@@ -117,7 +129,8 @@ def main(start) -> None:
     for kind, body in start.commands():
         if kind == "run":
             run_id, epoch, payload = body
-            comm.begin_run(epoch)  # here, not in the worker: an abort that follows must not be undone
+            # here, not in the worker: an abort that follows must not be undone
+            comm.begin_run(epoch)
             worker = threading.Thread(target=_run, args=(comm, run_id, payload, start.reply),
                                       name=f"rank{comm.rank}-run{run_id}", daemon=True)
             worker.start()
@@ -131,7 +144,8 @@ def main(start) -> None:
 def _run(comm, run_id: int, payload: bytes, reply) -> None:
     output = io.StringIO(LOG.take())  # what the rank logged since the last run comes first
     output.seek(0, io.SEEK_END)
-    sys.stdout = sys.stderr = output  # one run at a time per process: the caller prints it prefixed by rank
+    # one run at a time per process: the caller prints it prefixed by rank
+    sys.stdout = sys.stderr = output
     try:
         report = execute(comm, run_id, payload, output)
     finally:
@@ -147,12 +161,14 @@ def _run(comm, run_id: int, payload: bytes, reply) -> None:
 
 
 class ClusterStart:
-    """How a Cluster's rank starts: serve gRPC, tell the parent its address, connect to the peers it hands out."""
+    """How a Cluster's rank starts: serve gRPC, tell the parent its address,
+    connect to the peers it hands out."""
 
     one_shot = False
 
     def __init__(self, rank, world_size, token, host, timeout, conn, tls=None, links=None):
-        self.rank, self.world_size, self.token, self.host, self.timeout = rank, world_size, token, host, timeout
+        self.rank, self.world_size, self.token = rank, world_size, token
+        self.host, self.timeout = host, timeout
         self.conn, self.tls, self.links = conn, tls, links
 
     def send(self, item) -> None:
@@ -199,7 +215,8 @@ class ClusterStart:
 
 
 class EngineStart:
-    """How a rank of run_on_engine starts: the engine's own communicator, one call from FOLDER, a report there."""
+    """How a rank of run_on_engine starts:
+    the engine's own communicator, one call from FOLDER, a report there."""
 
     one_shot = True
 
@@ -209,8 +226,9 @@ class EngineStart:
         self.ok = False
 
     def connect(self):
-        rank = int(os.environ.get("RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or 0)  # until the comm says
-        world_size = int(os.environ.get("WORLD_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE") or 1)
+        env = os.environ
+        rank = int(env.get("RANK") or env.get("OMPI_COMM_WORLD_RANK") or 0)  # until the comm says
+        world_size = int(env.get("WORLD_SIZE") or env.get("OMPI_COMM_WORLD_SIZE") or 1)
         become_rank(rank, world_size, os.getppid(), f"{self.spec['engine']} engine")
         try:
             if self.spec["engine"] == "mpi":

@@ -6,8 +6,13 @@ import numpy as np
 import pytest
 
 import allreduce_edu
-from allreduce_edu.exercises import check_max_allreduce, check_welcome_prediction, reference, solution
-from allreduce_edu.exercises import registry
+from allreduce_edu.exercises import (
+    check_max_allreduce,
+    check_welcome_prediction,
+    reference,
+    registry,
+    solution,
+)
 from allreduce_edu.notebook import show_source
 
 

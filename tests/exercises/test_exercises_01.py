@@ -6,7 +6,11 @@ import numpy as np
 import pytest
 
 from allreduce_edu.exercises import reference, registry
-from allreduce_edu.exercises.lesson01 import check_echo, check_prediction, check_small_message_answer
+from allreduce_edu.exercises.lesson01 import (
+    check_echo,
+    check_prediction,
+    check_small_message_answer,
+)
 
 ALPHA, BETA = 300e-6, 1 / 1.2e9
 N = 64 << 20

@@ -7,7 +7,11 @@ import pytest
 
 from allreduce_edu.exercises import reference, registry
 from allreduce_edu.exercises.harness import decode, encoded_input
-from allreduce_edu.exercises.lesson02 import check_bottleneck_answer, check_naive_allreduce, check_root_bytes
+from allreduce_edu.exercises.lesson02 import (
+    check_bottleneck_answer,
+    check_naive_allreduce,
+    check_root_bytes,
+)
 
 # wrong answers: the same checks on thread ranks, which start at once (the right answer runs on gRPC)
 QUICK = {"world_sizes": (3,), "shapes": ((10,),), "timeout": 2.0, "transport": "local"}

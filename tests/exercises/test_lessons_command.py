@@ -95,19 +95,21 @@ def _wait_for_lab(proc, port: int, deadline: float) -> None:
 @pytest.mark.slow
 def test_a_wheel_installed_outside_the_repository_lays_out_lessons_that_run(tmp_path):
     """As a learner with an instructor's wheel: install it in a fresh venv, get the lessons, run lesson 00."""
-    wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)],
-                   check=True, timeout=600)
-    wheel = next(wheels.glob("allreduce_edu-*.whl"))
-    venv = tmp_path / "learner-venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    py = venv / "bin" / "python"
-    subprocess.run([str(py), "-m", "pip", "install", "-q", str(wheel)], check=True, timeout=1200)
     home = tmp_path / "home"  # far from the repository: nothing there to find by accident
     home.mkdir()
+    venv = tmp_path / "learner-venv"
     env = dict(os.environ, PATH=f"{venv / 'bin'}:{os.environ['PATH']}", JUPYTER_PLATFORM_DIRS="1",
                HOME=str(home), PYTHONNOUSERSITE="1")
-    env.pop("PYTHONPATH", None)
+    env.pop("PYTHONPATH", None)  # a path to a checkout would make pip think the package is installed
+    pip_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # ... and pip keeps its cache
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)],
+                   check=True, timeout=600, env=pip_env, cwd=tmp_path)
+    wheel = next(wheels.glob("allreduce_edu-*.whl"))
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=pip_env)
+    py = venv / "bin" / "python"
+    subprocess.run([str(py), "-m", "pip", "install", "-q", str(wheel)], check=True, timeout=1200,
+                   env=pip_env, cwd=tmp_path)
     port = 20000 + os.getpid() % 20000
     lab = subprocess.Popen([str(venv / "bin" / "allreduce-edu"), "lessons", "course", "--no-browser",
                             "--port", str(port)], cwd=home, env=env, stdout=subprocess.PIPE,
