@@ -37,7 +37,7 @@ def ring_with_send_recv(comm, x):  # plain send then recv: fine here (sends are 
 def forgot_step(comm, x):  # always sends chunk (r - 1) % n
     n, r = comm.world_size, comm.rank
     pieces = np.array_split(x.reshape(-1).copy(), n)
-    for step in range(n - 1):
+    for _ in range(n - 1):
         pieces[(r - 2) % n] += comm.sendrecv((r + 1) % n, pieces[(r - 1) % n], (r - 1) % n, tag="rs")
     for step in range(n - 1):
         pieces[(r - step - 1) % n] = comm.sendrecv((r + 1) % n, pieces[(r - step) % n], (r - 1) % n, tag="ag")

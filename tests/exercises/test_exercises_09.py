@@ -7,7 +7,6 @@ import importlib.util
 import numpy as np
 import pytest
 
-from allreduce_edu.runtime.engines import engine_available, missing
 from allreduce_edu.exercises import lesson09, reference, registry
 from allreduce_edu.exercises.lesson09 import (
     NAMES_SCAFFOLD,
@@ -19,6 +18,7 @@ from allreduce_edu.exercises.lesson09 import (
     check_torch_names,
     scenario_seconds,
 )
+from allreduce_edu.runtime.engines import engine_available, missing
 
 # on MPI (starts in about a second); small sizes, except where a big message is the point
 QUICK = {"engine": "mpi", "world_sizes": (3,), "sizes": (10, 1001)}
