@@ -1,4 +1,4 @@
-"""The lessons ship inside the package: the repository's lessons/ folder is the package allreduce_edu.lessons.
+"""The lessons ship inside the package: the repository's lessons/ folder is allreduce_edu.lessons.
 
 Everything else about the project is in pyproject.toml; setup.py only maps that one folder, which
 pyproject.toml's package discovery cannot express.

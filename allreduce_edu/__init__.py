@@ -1,12 +1,13 @@
-"""allreduce-edu: collective communication you can read, run on real gRPC ranks, watch and measure."""
+"""allreduce-edu: collective communication you can read, run on real gRPC ranks,
+watch and measure."""
 
-from .cluster import Cluster
 from .collectives import all_gather, allreduce, broadcast, reduce, reduce_scatter
 from .comm.errors import CollectiveError, CollectiveMismatch, CollectiveTimeout, RankFailure
 from .fused import reduce_layernorm_broadcast
-from .launch import init
+from .runtime import Cluster, init
 
 __version__ = "0.1.0"
 
-__all__ = ["Cluster", "init", "allreduce", "reduce", "broadcast", "reduce_scatter", "all_gather", "reduce_layernorm_broadcast",
-           "CollectiveError", "RankFailure", "CollectiveTimeout", "CollectiveMismatch"]
+__all__ = ["Cluster", "init", "allreduce", "reduce", "broadcast", "reduce_scatter", "all_gather",
+           "reduce_layernorm_broadcast", "CollectiveError", "RankFailure", "CollectiveTimeout",
+           "CollectiveMismatch"]

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from . import bench, course, launch
-from .cluster import Cluster
+from . import bench, course
 from .collectives import ALGORITHMS, allreduce
+from .runtime import Cluster, launch
+from .runtime.limits import check_world_size
 from .trace import format_bytes
 
 
@@ -26,30 +26,34 @@ def _demo_rank(comm, algorithm: str, count: int, seed: int):
 
 def demo(world_size: int = 4, count: int = 1 << 18, seed: int = 0, transport: str = "grpc") -> bool:
     """Run every algorithm once on real ranks, check each against NumPy, print what each one did."""
-    inputs = [np.random.default_rng(seed + r).standard_normal(count).astype(np.float32) for r in range(world_size)]
+    inputs = [np.random.default_rng(seed + r).standard_normal(count).astype(np.float32)
+              for r in range(world_size)]
     reference = np.sum(np.stack(inputs).astype(np.float64), axis=0)
-    print(f"{world_size} ranks over {transport}, {count} float32 per rank ({format_bytes(count * 4)})")
-    print(f"{'algorithm':<20}{'steps':>6}{'messages':>10}{'max sent/rank':>15}{'time (ms)':>11}  correct")
+    print(f"{world_size} ranks over {transport}, {count} float32 per rank "
+          f"({format_bytes(count * 4)})")
+    print(f"{'algorithm':<20}{'steps':>6}{'messages':>10}{'max sent/rank':>15}"
+          f"{'time (ms)':>11}  correct")
     all_ok = True
     with Cluster(world_size, transport=transport) as cluster:
-        print(f"ranks listening on {', '.join(cluster.addresses)}")
         for algorithm in ALGORITHMS:
             results = cluster.run(_demo_rank, algorithm, count, seed)
-            outputs, seconds = zip(*results)
-            ok = all(np.array_equal(o, outputs[0]) for o in outputs) and np.allclose(outputs[0], reference, rtol=1e-4, atol=1e-4)
+            outputs, seconds = zip(*results, strict=True)
+            ok = (all(np.array_equal(o, outputs[0]) for o in outputs)
+                  and np.allclose(outputs[0], reference, rtol=1e-4, atol=1e-4))
             all_ok &= ok
             steps = sum(cluster.trace.steps().values())
             sent = max(cluster.trace.bytes_sent().values(), default=0)
             print(f"{algorithm:<20}{steps:>6}{len(cluster.trace):>10}{format_bytes(sent):>15}"
-                  f"{max(seconds) * 1e3:>11.2f}  {'yes' if ok else 'NO'}")
+                  f"{max(seconds) * 1e3:>11.2f}  {'yes' if ok else 'NO'}", flush=True)
     return all_ok
 
 
 def lessons(args, parser) -> int:
-    """`allreduce-edu lessons [DIR]`: the learner's own copy, then JupyterLab in it; or the instructor's key."""
+    """`allreduce-edu lessons [DIR]`: the learner's own copy, then JupyterLab in it; or the
+    instructor's key."""
     if args.solved:
-        print(f"Writing the instructor's key to {args.solved} (every lesson executed with its answers; "
-              f"a few minutes)...", flush=True)
+        print(f"Writing the instructor's key to {args.solved} (every lesson executed with its "
+              f"answers; a few minutes)...", flush=True)
         results = course.write_solved(args.solved)
         for name, problems in results:
             print(f"  {name}: " + ("every checker ✓" if not problems else "; ".join(problems)))
@@ -61,109 +65,190 @@ def lessons(args, parser) -> int:
     print(report, flush=True)
     if args.no_lab:
         return 0
-    command = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={Path(args.dir).resolve()}"]
+    command = [sys.executable, "-m", "jupyterlab",
+               f"--ServerApp.root_dir={Path(args.dir).resolve()}"]
     command += ["--no-browser"] * args.no_browser + ([f"--port={args.port}"] if args.port else [])
     if hasattr(os, "geteuid") and os.geteuid() == 0:
-        command.append("--allow-root")  # containers and CI run as root; JupyterLab refuses it unless told
-    print(f"Opening JupyterLab in {args.dir} (Ctrl-C stops it; your lessons stay there).", flush=True)
-    return subprocess.call(command)
+        # containers and CI run as root; JupyterLab refuses it unless told
+        command.append("--allow-root")
+    print(f"Opening JupyterLab in {args.dir} (Ctrl-C stops it; your lessons stay there).",
+          flush=True)
+    # JupyterLab takes this process's place: Ctrl-C and kill reach it
+    os.execv(sys.executable, command)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="allreduce-edu", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+def _typed(convert, what: str):
+    """An argparse type: `convert(text)`, with its ValueError turned into a one-line usage error."""
+    def parse(text):
+        try:
+            return convert(text)
+        except (ValueError, TypeError) as e:
+            raise argparse.ArgumentTypeError(f"{what}: {e}") from None
+    parse.__name__ = what
+    return parse
 
-    p = sub.add_parser("lessons", help="copy the lessons into a folder of your own and open them in JupyterLab",
-                       description="Copy the course's lessons into DIR (never over a lesson you changed) and open "
-                                   "JupyterLab there. Run it again to get lessons that are new or updated.")
+
+def _at_least(low: int):
+    def check(text):
+        value = int(text)
+        if value < low:
+            raise ValueError(f"must be >= {low}, got {value}")
+        return value
+    return check
+
+
+def _ints(text: str) -> list[int]:
+    values = [int(v) for v in text.split(",") if v.strip()]
+    if not values:
+        raise ValueError("give comma-separated integers, e.g. 256,1024")
+    return values
+
+
+POSITIVE, COUNT = _typed(_at_least(1), "a number >= 1"), _typed(_at_least(0), "a number >= 0")
+SIZE = _typed(bench.parse_size, "a size")
+LIMIT = {"type": POSITIVE, "metavar": "N",
+         "help": "allow more ranks than this machine is judged to hold"}
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with every usage error on one line (exit 2) and the way to the full help."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="allreduce-edu", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True,
+                                metavar="{lessons,demo,bench,launch}")
+    parser.commands = sub.choices  # name -> its parser, for errors found after parsing
+
+    p = sub.add_parser("lessons", help="copy the lessons into a folder of your own and open them "
+                                       "in JupyterLab",
+                       description="Copy the course's lessons into DIR (never over a lesson you "
+                                   "changed) and open JupyterLab there. Run it again for new or "
+                                   "updated lessons.")
     p.add_argument("dir", nargs="?", default=course.DEFAULT_FOLDER,
                    help=f"your lessons folder (default: ./{course.DEFAULT_FOLDER})")
     p.add_argument("--reset", metavar="NN", action="append", default=[],
-                   help="put a fresh copy of lesson NN beside yours (NN_..._fresh.ipynb); repeatable")
+                   help="put a fresh copy of lesson NN beside yours (NN_..._fresh.ipynb); "
+                        "repeatable")
     p.add_argument("--solved", metavar="KEY_DIR",
-                   help="instead: write the instructor's key (every exercise answered, executed) into KEY_DIR")
-    p.add_argument("--no-lab", action="store_true", help="only copy the lessons; do not start JupyterLab")
-    p.add_argument("--no-browser", action="store_true", help="start JupyterLab without opening a browser")
-    p.add_argument("--port", type=int, help="JupyterLab's port (default: its own choice)")
+                   help="instead: write the instructor's key (every exercise answered, executed) "
+                        "there")
+    p.add_argument("--no-lab", action="store_true",
+                   help="only copy the lessons; do not start JupyterLab")
+    p.add_argument("--no-browser", action="store_true",
+                   help="start JupyterLab without opening a browser")
+    p.add_argument("--port", type=POSITIVE, help="JupyterLab's port (default: its own choice)")
 
-    p = sub.add_parser("demo", help="run every algorithm on a gRPC cluster and check it against NumPy")
-    p.add_argument("-n", "--world-size", type=int, default=4)
-    p.add_argument("--count", type=int, default=1 << 18, help="float32 elements per rank")
-    p.add_argument("--transport", choices=("grpc", "local"), default="grpc")
+    p = sub.add_parser("demo", help="run every algorithm on real ranks and check it against NumPy")
+    p.add_argument("-n", "--world-size", type=POSITIVE, default=4, help="ranks (default 4)")
+    p.add_argument("--count", type=COUNT, default=1 << 18, help="float32 elements per rank")
+    p.add_argument("--transport", choices=("grpc", "local"), default="grpc", help="default grpc")
+    p.add_argument("--max-ranks", **LIMIT)
 
-    p = sub.add_parser("bench", help="nccl-tests style all-reduce benchmark (--op layernorm: the fused operator)")
-    p.add_argument("-n", "--world-size", type=int, default=4)
+    p = sub.add_parser("bench", help="nccl-tests style all-reduce benchmark "
+                                     "(--op layernorm: the fused operator)")
+    p.add_argument("-n", "--world-size", type=POSITIVE, default=4, help="ranks (default 4)")
     p.add_argument("--op", choices=("allreduce", "layernorm"), default="allreduce",
-                   help="allreduce: the algorithms table; layernorm: reduce_layernorm_broadcast's variants")
-    p.add_argument("--rows", default="256,1024,4096", help="--op layernorm: comma-separated row counts")
-    p.add_argument("--hidden", default="1024,4096", help="--op layernorm: comma-separated hidden sizes")
+                   help="allreduce: the algorithms table; "
+                        "layernorm: reduce_layernorm_broadcast's variants")
+    p.add_argument("--rows", type=_typed(_ints, "rows"), default=[256, 1024, 4096],
+                   help="--op layernorm: comma-separated row counts")
+    p.add_argument("--hidden", type=_typed(_ints, "hidden"), default=[1024, 4096],
+                   help="--op layernorm: comma-separated hidden sizes")
     p.add_argument("--algorithm", default=",".join(ALGORITHMS),
                    help=f"comma-separated, from {', '.join(ALGORITHMS)} (default: all)")
-    p.add_argument("--transport", choices=("grpc", "local"), default="grpc")
-    p.add_argument("-b", "--minbytes", default="8")
-    p.add_argument("-e", "--maxbytes", default="64M")
-    p.add_argument("-f", "--stepfactor", type=int, default=4)
-    p.add_argument("--iters", type=int, default=20)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--dtype", default="float32", choices=("float32", "float64", "int32", "int64"))
+    p.add_argument("--transport", choices=("grpc", "local"), default="grpc", help="default grpc")
+    p.add_argument("-b", "--minbytes", type=SIZE, default=8,
+                   help="smallest size, e.g. 8, 64K (default 8)")
+    p.add_argument("-e", "--maxbytes", type=SIZE, default=64 << 20,
+                   help="largest size (default 64M)")
+    p.add_argument("-f", "--stepfactor", type=_typed(_at_least(2), "a factor >= 2"), default=4,
+                   help="multiply the size by this between rows (default 4)")
+    p.add_argument("--iters", type=POSITIVE, default=20,
+                   help="timed iterations per row (default 20)")
+    p.add_argument("--warmup", type=COUNT, default=5, help="untimed iterations first (default 5)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "float64", "int32", "int64"),
+                   help="element type (default float32)")
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     p.add_argument("--peer", action="append", choices=("gloo", "mpi"), default=[],
-                   help="also time this engine's own all-reduce in the same run (extras [torch], [mpi])")
-    p.add_argument("--topology", metavar="NODESxRANKS", help="emulated cluster, e.g. 2x2: 2 nodes of 2 ranks (sets -n)")
-    p.add_argument("--intra-link", default="5us,10GB/s", help="with --topology: latency,bandwidth inside a node")
-    p.add_argument("--inter-link", default="2ms,50MB/s", help="with --topology: latency,bandwidth between nodes")
+                   help="also time this engine's own all-reduce in the same run "
+                        "(extras [torch], [mpi])")
+    p.add_argument("--topology", metavar="NODESxRANKS", help="emulated cluster, e.g. 2x2 (sets -n)")
+    p.add_argument("--intra-link", default="5us,10GB/s",
+                   help="with --topology: latency,bandwidth in a node")
+    p.add_argument("--inter-link", default="2ms,50MB/s",
+                   help="with --topology: latency,bandwidth between nodes")
+    p.add_argument("--max-ranks", **LIMIT)
 
-    p = sub.add_parser("launch", help="run a script on N ranks, like torchrun (several machines: --nnodes, "
-                       "--node-rank, --rendezvous)")
+    p = sub.add_parser("launch", help="run a script on N ranks, like torchrun (several machines: "
+                                      "--nnodes, --node-rank, --rendezvous)")
     launch.add_arguments(p)
+    p.add_argument("--max-ranks", **LIMIT)
+    return parser
 
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "lessons":
-        return lessons(args, parser)
-    if args.command == "launch":
-        try:
+        return lessons(args, parser.commands["lessons"])
+    try:
+        if args.command == "launch":
+            check_world_size(args.nproc_per_node, True, args.max_ranks, what="-n")
             return launch.run_from_args(args)
-        except ValueError as e:
-            parser.error(str(e))
-    if args.command == "demo":
-        return 0 if demo(args.world_size, args.count, transport=args.transport) else 1
+        if args.command == "demo":
+            check_world_size(args.world_size, args.transport != "local", args.max_ranks, what="-n")
+            return 0 if demo(args.world_size, args.count, transport=args.transport) else 1
+        return bench_command(args)
+    except ValueError as e:  # every bad value: one line, exit 2
+        parser.commands[args.command].error(str(e))
+
+
+def bench_command(args) -> int:
+    """`allreduce-edu bench`: check every argument, then run the table
+    (ValueError: a bad argument)."""
     if args.op == "layernorm":
         if args.dtype not in ("float32", "float64"):
-            parser.error(f"--op layernorm needs --dtype float32 or float64, got {args.dtype}")
-        try:
-            rows, hidden = ([int(v) for v in text.split(",") if v.strip()] for text in (args.rows, args.hidden))
-        except ValueError:
-            rows = hidden = []
-        if not rows or not hidden or min(rows) < 0 or min(hidden) < 1:
-            parser.error(f"--rows and --hidden take comma-separated integers (rows >= 0, hidden >= 1), "
-                         f"got {args.rows!r} and {args.hidden!r}")
-        from . import fused_bench
-        return fused_bench.report(args.world_size, args.transport, rows, hidden, args.dtype, args.iters, args.warmup)
+            raise ValueError(f"--op layernorm needs --dtype float32 or float64, got {args.dtype}")
+        if min(args.hidden) < 1 or min(args.rows) < 0:
+            raise ValueError(f"--rows takes counts >= 0 and --hidden sizes >= 1, "
+                             f"got {args.rows}, {args.hidden}")
+        check_world_size(args.world_size, args.transport != "local", args.max_ranks, what="-n")
+        from .bench import fused
+        return fused.report(args.world_size, args.transport, args.rows, args.hidden, args.dtype,
+                            args.iters, args.warmup)
     algorithms = [a.strip() for a in args.algorithm.split(",") if a.strip()]
     unknown = [a for a in algorithms if a not in ALGORITHMS]
-    if unknown:
-        parser.error(f"unknown algorithm(s) {', '.join(unknown)}; valid: {', '.join(ALGORITHMS)}")
-    sizes = bench.sweep(bench.parse_size(args.minbytes), bench.parse_size(args.maxbytes), args.stepfactor)
+    if unknown or not algorithms:
+        raise ValueError(f"unknown algorithm(s) {', '.join(unknown) or repr(args.algorithm)}; "
+                         f"valid: {', '.join(ALGORITHMS)}")
+    sizes = bench.sweep(args.minbytes, args.maxbytes, args.stepfactor)
     links = None
     if args.topology:
         from .comm.links import Links, parse_topology
-        try:
-            nodes, per_node = parse_topology(args.topology)
-            links = Links.two_level(per_node, args.intra_link, args.inter_link)
-        except ValueError as e:
-            parser.error(str(e))
+        nodes, per_node = parse_topology(args.topology)
+        links = Links.two_level(per_node, args.intra_link, args.inter_link)
         if args.peer:
-            parser.error("--peer times an engine's own network: it cannot cross the emulated --topology links")
+            raise ValueError("--peer times an engine's own network: "
+                             "it cannot cross the emulated --topology")
         args.world_size = nodes * per_node
-    with Cluster(args.world_size, transport=args.transport, links=links) as cluster:
-        print(f"# allreduce-edu bench: {args.world_size} ranks over {args.transport}, dtype {args.dtype}, "
-              f"iters {args.iters}, warmup {args.warmup}" + (f"; emulated links: {links}" if links else ""), flush=True)
+    check_world_size(args.world_size, args.transport != "local", args.max_ranks, what="-n")
+    with Cluster(args.world_size, transport=args.transport, links=links,
+                 max_ranks=args.max_ranks) as cluster:
+        print(f"# allreduce-edu bench: {args.world_size} ranks over {args.transport}, "
+              f"dtype {args.dtype}, iters {args.iters}, warmup {args.warmup}"
+              + (f"; emulated links: {links}" if links else ""), flush=True)
         p2p, rows = bench.run(cluster, algorithms, sizes, args.dtype, args.iters, args.warmup)
     for peer in args.peer:  # the engine's own all-reduce, on as many processes, in this same run
         try:
-            rows += bench.peer_rows(peer, args.world_size, sizes, args.dtype, args.iters, args.warmup)
-        except RuntimeError as e:
-            print(f"# {peer}: not measured: {e}", flush=True)
+            rows += bench.peer_rows(peer, args.world_size, sizes, args.dtype, args.iters,
+                                    args.warmup)
+        except Exception as e:  # noqa: BLE001 - a missing or failing engine costs its rows, not the run
+            print(f"# {peer}: not measured: {type(e).__name__}: {str(e).splitlines()[0]}",
+                  flush=True)
     if links:
         bench.add_predictions(rows, links)
     print(bench.format_p2p(p2p))

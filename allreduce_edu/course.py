@@ -1,10 +1,11 @@
-"""The lessons as files: each learner's own copy, which cells are exercises, and the instructor's key.
+"""The lessons as files: each learner's own copy, which cells are exercises,
+and the instructor's key.
 
 `allreduce-edu lessons DIR` copies the lessons that ship inside the package into DIR and never
 overwrites one the learner has changed: a manifest in DIR remembers what each copy looked like when
-it was delivered. An exercise cell carries `"exercise": "03.1"` in its metadata; in the shipped lessons
-it is a scaffold, and `solved(nb)` puts each exercise's `key` (registered beside its checker in
-allreduce_edu.exercises) in its place.
+it was delivered. An exercise cell carries `"exercise": "03.1"` in its metadata; in the shipped
+lessons it is a scaffold, and `solved(nb)` puts each exercise's `key` (registered beside its
+checker in allreduce_edu.exercises) in its place.
 """
 
 from __future__ import annotations
@@ -16,14 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 KEY = "exercise"  # the cell metadata field that names a cell's exercise
-MANIFEST = ".allreduce-edu-lessons.json"  # in a learner's folder: the hash of each lesson as delivered
+# in a learner's folder: the hash of each lesson as delivered
+MANIFEST = ".allreduce-edu-lessons.json"
 DEFAULT_FOLDER = "allreduce-edu-lessons"
 
 
 def source_folder() -> Path:
     """Where the shipped lessons are: inside the installed package, or a clone's lessons/ folder."""
     here = Path(__file__).resolve().parent
-    for folder in (here / "lessons", here.parent / "lessons"):  # a wheel's copy, then a clone's source
+    # a wheel's copy, then a clone's source
+    for folder in (here / "lessons", here.parent / "lessons"):
         if any(folder.glob("[0-9][0-9]_*.ipynb")):
             return folder
     raise FileNotFoundError(f"no lessons found beside {here}: reinstall allreduce-edu")
@@ -65,7 +68,8 @@ def set_source(cell: dict, text: str) -> None:
 
 
 def solved(nb: dict) -> dict:
-    """A copy of `nb` with every exercise cell's scaffold replaced by its registered answer, outputs cleared."""
+    """A copy of `nb` with every exercise cell's scaffold replaced by its registered answer,
+    outputs cleared."""
     from .exercises.registry import get
 
     nb = copy.deepcopy(nb)
@@ -78,11 +82,13 @@ def solved(nb: dict) -> dict:
 
 
 def execute(nb: dict, folder: Path, timeout: float = 300.0) -> dict:
-    """Run every cell of `nb` in a fresh kernel with `folder` as its working directory; return it executed."""
+    """Run every cell of `nb` in a fresh kernel with `folder` as its working directory;
+    return it executed."""
     import nbclient
     import nbformat
 
-    notebook = nbformat.reads(json.dumps(nb), as_version=4)  # sources as strings, as nbclient wants them
+    # sources as strings, as nbclient wants them
+    notebook = nbformat.reads(json.dumps(nb), as_version=4)
     nbclient.NotebookClient(notebook, timeout=timeout, kernel_name="python3", allow_errors=True,
                             resources={"metadata": {"path": str(folder)}}).execute()
     return json.loads(nbformat.writes(notebook))
@@ -121,16 +127,18 @@ class CopyReport:
     updated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)  # the learner changed them: left alone
-    kept_newer: list[str] = field(default_factory=list)  # ... and a newer lesson ships: --reset gives it
+    # ... and a newer lesson ships: --reset gives it
+    kept_newer: list[str] = field(default_factory=list)
     fresh: list[str] = field(default_factory=list)  # --reset copies, beside the learner's
 
     def __str__(self) -> str:
         lines = [f"Lessons in {self.folder}:"]
-        for names, what in ((self.added, "added"), (self.updated, "updated to the installed version"),
+        for names, what in ((self.added, "added"),
+                            (self.updated, "updated to the installed version"),
                             (self.fresh, "fresh copies, beside yours"),
                             (self.kept, "left alone (you changed them)"),
-                            (self.kept_newer, "left alone (you changed them; a newer version ships: "
-                                              "--reset NN puts it beside yours)")):
+                            (self.kept_newer, "left alone (you changed them; a newer version "
+                                              "ships: --reset NN puts it beside yours)")):
             if names:
                 lines.append(f"  {what}: {', '.join(names)}")
         if self.unchanged and not (self.added or self.updated):
@@ -139,8 +147,9 @@ class CopyReport:
 
 
 def copy_lessons(folder, reset: list[str] = ()) -> CopyReport:
-    """Copy the shipped lessons into `folder`: add missing ones, update ones the learner never changed, leave
-    every changed one alone; `reset=["03"]` puts a fresh lesson 03 beside the learner's (never over it)."""
+    """Copy the shipped lessons into `folder`: add missing ones, update ones the learner never
+    changed, leave every changed one alone;
+    `reset=["03"]` puts a fresh lesson 03 beside the learner's (never over it)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     manifest_path = folder / MANIFEST
@@ -152,7 +161,8 @@ def copy_lessons(folder, reset: list[str] = ()) -> CopyReport:
     sources = lesson_files()
     unknown = [n for n in reset if not any(p.name.startswith(f"{n}_") for p in sources)]
     if unknown:
-        raise ValueError(f"no lesson {', '.join(unknown)}; lessons: {', '.join(p.name[:2] for p in sources)}")
+        raise ValueError(f"no lesson {', '.join(unknown)}; "
+                         f"lessons: {', '.join(p.name[:2] for p in sources)}")
     for source in sources:
         target, shipped = folder / source.name, _digest(source)
         if not target.exists():
@@ -186,10 +196,13 @@ def _free_name(folder: Path, stem: str) -> Path:
     return path
 
 
-def write_solved(folder, lessons: list[str] | None = None, timeout: float = 300.0) -> list[tuple[str, list[str]]]:
-    """The instructor's key: every lesson with its answers filled in, executed, written into `folder`.
+def write_solved(folder, lessons: list[str] | None = None,
+                 timeout: float = 300.0) -> list[tuple[str, list[str]]]:
+    """The instructor's key: every lesson with its answers filled in, executed,
+    written into `folder`.
 
-    Returns (file name, problems) per lesson; problems lists cells that raised and checkers that did not pass.
+    Returns (file name, problems) per lesson;
+    problems lists cells that raised and checkers that did not pass.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -199,7 +212,8 @@ def write_solved(folder, lessons: list[str] | None = None, timeout: float = 300.
             continue
         nb = execute(solved(read(path)), folder, timeout)
         write(nb, folder / path.name)
-        problems = errors(nb) + [f"exercise {ex}: {feedback(cell).strip()[:200] or 'no verdict shown'}"
+        problems = errors(nb) + [f"exercise {ex}: "
+                                 f"{feedback(cell).strip()[:200] or 'no verdict shown'}"
                                  for ex, cell in exercise_cells(nb).items()
                                  if not feedback(cell).lstrip().startswith("✓")]
         results.append((path.name, problems))

@@ -1,14 +1,18 @@
-"""Reduce + LayerNorm + Broadcast: every rank ends with norm(sum over ranks of x). Introduced in lessons/07.
+"""Reduce + LayerNorm + Broadcast: every rank ends with norm(sum over ranks of x). Introduced in
+lessons/07.
 
-Row-parallel matmuls (Megatron-LM, Shoeybi et al. 2019) leave each rank a partial activation whose sum
-is normalised next. Sequence parallelism (Korthikanti et al. 2022) splits that all-reduce into a
-reduce-scatter and an all-gather and normalises between them, on 1/N of the rows; TensorRT-LLM and vLLM
-fuse the final reduction with residual add + RMSNorm the same way. Three variants, one result:
+Row-parallel matmuls (Megatron-LM, Shoeybi et al. 2019) leave each rank a partial activation whose
+sum is normalised next. Sequence parallelism (Korthikanti et al. 2022) splits that all-reduce into a
+reduce-scatter and an all-gather and normalises between them, on 1/N of the rows; TensorRT-LLM and
+vLLM fuse the final reduction with residual add + RMSNorm the same way. Three variants, one result:
 
-    unfused  ring all-reduce, then every rank normalises every row        2(N-1)/N·S per rank, rows per rank
-    root     binomial reduce to rank 0, normalise there, broadcast        2(N-1)·S in all,    rows on rank 0
-    fused    reduce-scatter by rows, last step adds + normalises in one   2(N-1)/N·S per rank, rows/N per rank
-             pass (kernels.add_layernorm), all-gather the normalised rows
+    unfused  ring all-reduce, then every rank normalises  2(N-1)/N·S per rank, rows per rank
+             every row
+    root     binomial reduce to rank 0, normalise there,  2(N-1)·S in all,    rows on rank 0
+             broadcast
+    fused    reduce-scatter by rows, last step adds +     2(N-1)/N·S per rank, rows/N per rank
+             normalises in one pass (kernels.add_layernorm),
+             all-gather the normalised rows
 
 x may have any number of axes >= 1: the last is `hidden`, the others are flattened into rows (as
 torch's layer_norm with normalized_shape=(hidden,)); a 1-D x is one row. gamma, beta and residual
@@ -22,32 +26,37 @@ import numpy as np
 from .collectives import allreduce
 from .collectives.ring import all_gather_ring, reduce_scatter_ring
 from .collectives.tree import broadcast_tree, reduce_tree
+from .ops import NORMS  # kernels (and numba, ~0.5 s) load on the first call
 
 VARIANTS = ("fused", "unfused", "root")
-NORMS = ("layernorm", "rmsnorm")  # as kernels.NORMS; kernels (and numba, ~0.5 s) load on the first call
 
 
 class _Normalise:
-    """The per-row work every variant does somewhere: norm(sum [+ residual]) · gamma + beta, counted in rows."""
+    """The per-row work every variant does somewhere: norm(sum [+ residual]) · gamma + beta,
+    counted in rows."""
 
     def __init__(self, gamma, beta, eps, norm, residual):
         self.gamma, self.beta, self.eps, self.norm, self.residual = gamma, beta, eps, norm, residual
         self.rows = 0  # rows normalised on this rank: the work the variants divide differently
 
     def _residual(self, lo, count):
-        """Rows [lo, lo + count) of the residual (added once, on whichever rank normalises them), or None."""
+        """Rows [lo, lo + count) of the residual (added once, on whichever rank normalises them),
+        or None."""
         return None if self.residual is None else self.residual[lo:lo + count]
 
     def __call__(self, acc, lo=0):
-        """acc = norm(acc [+ residual]) in place, one pass: unfused, root, and a world of one rank."""
+        """acc = norm(acc [+ residual]) in place, one pass: unfused, root, and a world of one
+        rank."""
         from . import kernels
 
         self.rows += len(acc)
         parts = [acc] if self.residual is None else [acc, self._residual(lo, len(acc))]
-        return kernels.sum_layernorm(parts, self.gamma, self.beta, self.eps, out=acc, norm=self.norm)
+        return kernels.sum_layernorm(parts, self.gamma, self.beta, self.eps, out=acc,
+                                     norm=self.norm)
 
     def add(self, acc, incoming, lo):
-        """acc = norm(acc + incoming [+ residual]) in place, one pass: the fused reduce-scatter's last step."""
+        """acc = norm(acc + incoming [+ residual]) in place, one pass: the fused reduce-scatter's
+        last step."""
         from . import kernels
 
         self.rows += len(acc)
@@ -56,12 +65,16 @@ class _Normalise:
 
 
 def _fused(comm, x, normalise):
-    """Reduce-scatter whole rows; the last reduce step and the norm are one pass; all-gather the rows."""
+    """Reduce-scatter whole rows; the last reduce step and the norm are one pass; all-gather the
+    rows."""
     n, r = comm.world_size, comm.rank
-    pieces = np.array_split(x.copy(), n, axis=0)  # n × (rows_i, hidden); rank r owns piece r (maybe 0 rows)
+    # n × (rows_i, hidden); rank r owns piece r (maybe 0 rows)
+    pieces = np.array_split(x.copy(), n, axis=0)
     lo = sum(len(p) for p in pieces[:r])  # first row of my piece
-    # reduce-scatter: N-1 ring steps; at the last one, my rows = norm(mine + sum of the others') in one pass
-    reduce_scatter_ring(comm, pieces, "sum", last=lambda acc, incoming: normalise.add(acc, incoming, lo))
+    # reduce-scatter: N-1 ring steps; at the last one, my rows = norm(mine + sum of the others')
+    # in one pass
+    reduce_scatter_ring(comm, pieces, "sum",
+                        last=lambda acc, incoming: normalise.add(acc, incoming, lo))
     if n == 1:  # a world of one has no ring steps: just normalise
         normalise(pieces[0])
     # all-gather: N-1 ring steps pass the normalised rows around until every rank has all of them
@@ -86,15 +99,18 @@ _BODIES = {"fused": _fused, "unfused": _unfused, "root": _root}
 
 
 def _check(rank, x, gamma, beta, eps, residual, norm, variant):
-    """Validate on this rank before anything is sent; return (x, gamma, beta, residual) ready for the kernels."""
+    """Validate on this rank before anything is sent; return (x, gamma, beta, residual) ready for
+    the kernels."""
     where = f"reduce_layernorm_broadcast on rank {rank}"
     if variant not in VARIANTS:
-        raise ValueError(f"{where}: unknown variant {variant!r}; valid variants are {', '.join(VARIANTS)}")
+        raise ValueError(f"{where}: unknown variant {variant!r}; "
+                         f"valid variants are {', '.join(VARIANTS)}")
     if norm not in NORMS:
         raise ValueError(f"{where}: unknown norm {norm!r}; valid norms are {', '.join(NORMS)}")
     x = np.asarray(x)
     if x.dtype not in (np.float32, np.float64):
-        raise TypeError(f"{where}: x has dtype {x.dtype}; it must be float32 or float64 (cast with .astype)")
+        raise TypeError(f"{where}: x has dtype {x.dtype}; "
+                        "it must be float32 or float64 (cast with .astype)")
     if x.ndim == 0 or x.shape[-1] == 0:
         raise ValueError(f"{where}: x needs a non-empty last (hidden) axis, got shape {x.shape}")
     hidden = x.shape[-1]
@@ -107,23 +123,28 @@ def _check(rank, x, gamma, beta, eps, residual, norm, variant):
         if v is not None:
             v = np.ascontiguousarray(v, dtype=x.dtype)
             if v.shape != (hidden,):
-                raise ValueError(f"{where}: {name} must have shape ({hidden},) to match x's hidden axis, got {v.shape}")
+                raise ValueError(f"{where}: {name} must have shape ({hidden},) "
+                                 f"to match x's hidden axis, got {v.shape}")
         params.append(v)
     if residual is not None:
         residual = np.asarray(residual)
         if residual.shape != x.shape:
-            raise ValueError(f"{where}: residual must have x's shape {x.shape}, got {residual.shape}")
+            raise ValueError(f"{where}: residual must have x's shape {x.shape}, "
+                             f"got {residual.shape}")
         residual = np.ascontiguousarray(residual, dtype=x.dtype).reshape(-1, hidden)
     return x, *params, residual
 
 
-def reduce_layernorm_broadcast(comm, x, gamma=None, beta=None, eps=1e-5, residual=None, norm="layernorm",
-                               variant="fused", stats=None):
-    """norm(sum over ranks of x [+ residual]) on every rank; `stats` (a dict), if given, gets "rows_normalised"."""
+def reduce_layernorm_broadcast(comm, x, gamma=None, beta=None, eps=1e-5, residual=None,
+                               norm="layernorm", variant="fused", stats=None):
+    """norm(sum over ranks of x [+ residual]) on every rank; `stats` (a dict), if given, gets
+    "rows_normalised"."""
     x, gamma, beta, residual = _check(comm.rank, x, gamma, beta, eps, residual, norm, variant)
     normalise = _Normalise(gamma, beta, float(eps), norm, residual)
-    rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])  # (rows, hidden); never written (bodies copy it)
-    with comm.collective("reduce_layernorm_broadcast", algorithm=variant, op="sum", dtype=x.dtype, shape=x.shape):
+    # (rows, hidden); never written (bodies copy it)
+    rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
+    with comm.collective("reduce_layernorm_broadcast", algorithm=variant, op="sum", dtype=x.dtype,
+                         shape=x.shape):
         y = _BODIES[variant](comm, rows, normalise)
     if stats is not None:
         stats["rows_normalised"] = normalise.rows

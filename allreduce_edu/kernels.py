@@ -1,21 +1,24 @@
-"""Numba kernels: the reduction step of every all-reduce, and fused sum + LayerNorm/RMSNorm per row."""
+"""Numba kernels: the reduction step of every all-reduce, and fused sum + LayerNorm/RMSNorm per
+row."""
 
 import os
 import threading
 import time
 
-# OpenMP's worker threads spin after every parallel kernel by default; on a laptop where rank processes
-# share the cores, that spinning steals the CPU gRPC needs (measured: fused 1.25x ring's time, 1.04x passive).
+# OpenMP's worker threads spin after every parallel kernel by default; on a laptop where rank
+# processes share the cores, that spinning steals the CPU gRPC needs (measured: fused 1.25x ring's
+# time, 1.04x passive).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import numba  # noqa: E402 - after the OpenMP setting above
-import numpy as np  # noqa: E402
+import numba  # after the OpenMP setting above
+import numpy as np  # likewise
 
-OPS = ("sum", "prod", "max", "min")
-NORMS = ("layernorm", "rmsnorm")
-NUMBA_MIN_SIZE = 1 << 17  # elements; below this reduce_into calls NumPy (a parallel launch costs ~2 µs)
-_NUMPY_OPS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
-_NUMBA_DTYPES = tuple(map(np.dtype, ("float32", "float64", "int32", "int64")))  # other dtypes go to NumPy
+from .ops import NORMS, OPS, check_norm, check_op  # noqa: F401 - NORMS for callers
+
+# elements; below this reduce_into calls NumPy (a parallel launch costs ~2 µs)
+NUMBA_MIN_SIZE = 1 << 17
+# other dtypes go to NumPy
+_NUMBA_DTYPES = tuple(map(np.dtype, ("float32", "float64", "int32", "int64")))
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _LAUNCH_LOCK = threading.Lock()
 _JIT = dict(nogil=True, cache=True)
@@ -55,9 +58,11 @@ _REDUCE_KERNELS = {"sum": _sum_into, "prod": _prod_into, "max": _max_into, "min"
 
 
 def _launch(kernel, *args):
-    """Run a parallel kernel, one Python thread at a time under Numba's workqueue layer (it aborts otherwise)."""
+    """Run a parallel kernel, one Python thread at a time under Numba's workqueue layer (it aborts
+    otherwise)."""
     try:
-        threadsafe = numba.threading_layer() != "workqueue"  # OpenMP and TBB take launches from many threads
+        # OpenMP and TBB take launches from many threads
+        threadsafe = numba.threading_layer() != "workqueue"
     except ValueError:  # no parallel kernel has run yet, so the layer is not chosen yet
         threadsafe = False
     if threadsafe:
@@ -68,20 +73,23 @@ def _launch(kernel, *args):
 
 def reduce_into(acc, x, op="sum"):
     """acc = op(acc, x) elementwise, in place: the reduction step of every all-reduce algorithm."""
-    if op not in OPS:
-        raise ValueError(f"unknown op {op!r}; valid ops are {', '.join(OPS)}")
+    check_op(op)
     if not isinstance(acc, np.ndarray) or not isinstance(x, np.ndarray):
-        raise TypeError(f"acc and x must be NumPy arrays, got {type(acc).__name__} and {type(x).__name__}")
+        raise TypeError(f"acc and x must be NumPy arrays, "
+                        f"got {type(acc).__name__} and {type(x).__name__}")
     if acc.shape != x.shape:
         raise ValueError(f"shape mismatch: acc has shape {acc.shape} but x has shape {x.shape}")
     if acc.dtype != x.dtype:
-        raise TypeError(f"dtype mismatch: acc is {acc.dtype} but x is {x.dtype}; cast one of them first")
+        raise TypeError(f"dtype mismatch: acc is {acc.dtype} but x is {x.dtype}; "
+                        "cast one of them first")
     if not acc.flags.c_contiguous or not acc.flags.writeable:
-        raise ValueError("acc must be a writeable C-contiguous array (reduce_into writes into it in place)")
+        raise ValueError("acc must be a writeable C-contiguous array "
+                         "(reduce_into writes into it in place)")
     if acc.size < NUMBA_MIN_SIZE or acc.dtype not in _NUMBA_DTYPES or np.may_share_memory(acc, x):
-        _NUMPY_OPS[op](acc, x, out=acc)  # NumPy also handles x overlapping acc
+        OPS[op](acc, x, out=acc)  # NumPy also handles x overlapping acc
     else:
-        _launch(_REDUCE_KERNELS[op], acc.reshape(-1), _readonly(np.ascontiguousarray(x).reshape(-1)))
+        _launch(_REDUCE_KERNELS[op], acc.reshape(-1),
+                _readonly(np.ascontiguousarray(x).reshape(-1)))
     return acc
 
 
@@ -89,11 +97,14 @@ def reduce_into(acc, x, op="sum"):
 
 @numba.njit(parallel=True, fastmath=_REASSOC, **_JIT)
 def _sum_norm_rows(parts, gamma, beta, eps, rms, out):
-    """out[r] = norm(sum of parts[p][r]): each input row read once, out[r] written once, stats in float64."""
-    k, hidden = len(parts), out.shape[1]  # parts: tuple of k (rows, hidden) arrays; out: (rows, hidden)
+    """out[r] = norm(sum of parts[p][r]): each input row read once, out[r] written once, stats in
+    float64."""
+    # parts: tuple of k (rows, hidden) arrays; out: (rows, hidden)
+    k, hidden = len(parts), out.shape[1]
     for r in numba.prange(out.shape[0]):
         y = out[r]  # (hidden,): stays in cache for the three passes
-        # pass 1: sum the partials; column j is fully read before y[j] is written, so out may be an input
+        # pass 1: sum the partials; column j is fully read before y[j] is written, so out may be
+        # an input
         total = 0.0
         for j in range(hidden):
             v = parts[0][r, j]
@@ -115,18 +126,21 @@ def _sum_norm_rows(parts, gamma, beta, eps, rms, out):
 
 
 def _readonly(a):
-    """A read-only view, so writeable and read-only inputs (e.g. np.frombuffer) share one compiled kernel."""
+    """A read-only view, so writeable and read-only inputs (e.g. np.frombuffer) share one compiled
+    kernel."""
     view = a.view()
     view.flags.writeable = False
     return view
 
 
 def _float_rows(name, a):
-    """Check a is a float32/float64 array with a last axis and return it as contiguous (rows, hidden)."""
+    """Check a is a float32/float64 array with a last axis and return it as contiguous
+    (rows, hidden)."""
     if not isinstance(a, np.ndarray):
         raise TypeError(f"{name} must be a NumPy array, got {type(a).__name__}")
     if a.dtype not in _FLOATS:
-        raise TypeError(f"{name} must be float32 or float64, got {a.dtype}; cast it with .astype(np.float32)")
+        raise TypeError(f"{name} must be float32 or float64, got {a.dtype}; "
+                        "cast it with .astype(np.float32)")
     if a.ndim == 0 or a.shape[-1] == 0:
         raise ValueError(f"{name} needs a non-empty last (hidden) axis, got shape {a.shape}")
     return _readonly(np.ascontiguousarray(a).reshape(-1, a.shape[-1]))
@@ -138,19 +152,20 @@ def _affine(name, v, fill, hidden, dtype):
         return np.full(hidden, fill, dtype=dtype)
     v = np.ascontiguousarray(v, dtype=dtype)
     if v.shape != (hidden,):
-        raise ValueError(f"{name} must have shape ({hidden},) to match the hidden axis, got {v.shape}")
+        raise ValueError(f"{name} must have shape ({hidden},) to match the hidden axis, "
+                         f"got {v.shape}")
     return v
 
 
 def _check_args(eps, norm):
-    if norm not in NORMS:
-        raise ValueError(f"unknown norm {norm!r}; valid norms are {', '.join(NORMS)}")
+    check_norm(norm)
     if not eps >= 0:
         raise ValueError(f"eps must be a number >= 0, got {eps!r}")
 
 
 def _out_rows(out, shape, dtype):
-    """Allocate out, or check the caller's out matches shape and dtype; return it as (rows, hidden)."""
+    """Allocate out, or check the caller's out matches shape and dtype; return it as
+    (rows, hidden)."""
     if out is None:
         out = np.empty(shape, dtype=dtype)
     elif not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != dtype:
@@ -164,27 +179,30 @@ def _out_rows(out, shape, dtype):
 def _sum_norm(inputs, names, gamma, beta, eps, out, norm):
     """norm(sum of same-shape inputs) in one pass; shared by add_layernorm and the norms."""
     _check_args(eps, norm)
-    rows = [_float_rows(n, a) for n, a in zip(names, inputs)]
+    rows = [_float_rows(n, a) for n, a in zip(names, inputs, strict=True)]
     shape, dtype = inputs[0].shape, inputs[0].dtype
-    for n, a in zip(names[1:], inputs[1:]):
+    for n, a in zip(names[1:], inputs[1:], strict=True):
         if a.shape != shape:
-            raise ValueError(f"shape mismatch: {names[0]} has shape {shape} but {n} has shape {a.shape}")
+            raise ValueError(f"shape mismatch: {names[0]} has shape {shape} "
+                             f"but {n} has shape {a.shape}")
         if a.dtype != dtype:
             raise TypeError(f"dtype mismatch: {names[0]} is {dtype} but {n} is {a.dtype}")
     hidden = shape[-1]
     gamma = _affine("gamma", gamma, 1, hidden, dtype)
     beta = _affine("beta", beta, 0, hidden, dtype)
     out, out2d = _out_rows(out, shape, dtype)
-    for n, a in zip(names, rows):
+    for n, a in zip(names, rows, strict=True):
         same = a.__array_interface__["data"][0] == out2d.__array_interface__["data"][0]
         if np.may_share_memory(a, out2d) and not same:
-            raise ValueError(f"out overlaps {n} without being it: pass out={n} itself, or separate memory")
+            raise ValueError(f"out overlaps {n} without being it: "
+                             f"pass out={n} itself, or separate memory")
     _launch(_sum_norm_rows, tuple(rows), gamma, beta, float(eps), norm == "rmsnorm", out2d)
     return out
 
 
 def layernorm(x, gamma=None, beta=None, eps=1e-5, out=None):
-    """LayerNorm over the last axis: (x - mean) / sqrt(var + eps) * gamma + beta, stats in float64."""
+    """LayerNorm over the last axis: (x - mean) / sqrt(var + eps) * gamma + beta, stats in
+    float64."""
     return _sum_norm((x,), ("x",), gamma, beta, eps, out, "layernorm")
 
 
@@ -193,7 +211,8 @@ def rmsnorm(x, gamma=None, eps=1e-6, out=None):
     return _sum_norm((x,), ("x",), gamma, None, eps, out, "rmsnorm")
 
 
-def add_layernorm(acc, incoming, gamma=None, beta=None, eps=1e-5, out=None, residual=None, norm="layernorm"):
+def add_layernorm(acc, incoming, gamma=None, beta=None, eps=1e-5, out=None, residual=None,
+                  norm="layernorm"):
     """norm(acc + incoming [+ residual]) in one pass: the last step of a fused reduce-scatter."""
     inputs, names = (acc, incoming), ("acc", "incoming")
     if residual is not None:
@@ -202,15 +221,18 @@ def add_layernorm(acc, incoming, gamma=None, beta=None, eps=1e-5, out=None, resi
 
 
 def sum_layernorm(partials, gamma=None, beta=None, eps=1e-5, out=None, norm="layernorm"):
-    """norm(sum of k partials) for a (k, ..., hidden) stack or a sequence of k arrays, reading each once."""
+    """norm(sum of k partials) for a (k, ..., hidden) stack or a sequence of k arrays, reading each
+    once."""
     if isinstance(partials, np.ndarray) and partials.ndim < 2 or len(partials) == 0:
-        raise ValueError(f"partials must hold k >= 1 arrays of the same shape, got {np.shape(partials)}")
+        raise ValueError(f"partials must hold k >= 1 arrays of the same shape, "
+                         f"got {np.shape(partials)}")
     names = tuple(f"partials[{p}]" for p in range(len(partials)))
     return _sum_norm(tuple(partials), names, gamma, beta, eps, out, norm)
 
 
 def compile_all(dtypes=(np.float32, np.float64)):
-    """Compile (or load from cache) every kernel for dtypes; return {kernel: seconds} of first calls."""
+    """Compile (or load from cache) every kernel for dtypes; return {kernel: seconds} of first
+    calls."""
     seconds = {}
 
     def first_call(name, fn, *args, **kwargs):
@@ -221,7 +243,8 @@ def compile_all(dtypes=(np.float32, np.float64)):
     for dtype in map(np.dtype, dtypes):
         x = np.ones((2, 3), dtype=dtype)
         for op, kernel in _REDUCE_KERNELS.items():
-            first_call(f"reduce_into[{op}]", _launch, kernel, x.reshape(-1).copy(), _readonly(x.reshape(-1)))
+            first_call(f"reduce_into[{op}]", _launch, kernel, x.reshape(-1).copy(),
+                       _readonly(x.reshape(-1)))
         if dtype in _FLOATS:
             first_call("layernorm", layernorm, x)
             first_call("rmsnorm", rmsnorm, x)

@@ -1,4 +1,5 @@
-"""Helpers for the lessons: show the library's own source, highlighted (lessons show code, never paste it)."""
+"""Helpers for the lessons: show the library's own source, highlighted
+(lessons show code, never paste it)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ class Source:
         from pygments.formatters import HtmlFormatter
         from pygments.lexers import PythonLexer
 
-        body = highlight(self.code, PythonLexer(), HtmlFormatter(noclasses=True, style="default", nobackground=True))
+        body = highlight(self.code, PythonLexer(),
+                         HtmlFormatter(noclasses=True, style="default", nobackground=True))
         return f'<div style="font-size:90%"><small><code>{self.where}</code></small>{body}</div>'
 
 

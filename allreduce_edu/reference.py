@@ -2,14 +2,13 @@
 
 import numpy as np
 
-_UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+from .ops import OPS, check_op
 
 
 def reduce_reference(arrays, op="sum"):
-    """Elementwise op over a sequence of same-shape arrays, folded left to right in their own dtype."""
-    if op not in _UFUNCS:
-        raise ValueError(f"unknown op {op!r}; valid ops are {', '.join(_UFUNCS)}")
-    return _UFUNCS[op].reduce(np.stack(arrays), axis=0)
+    """Elementwise op over a sequence of same-shape arrays, folded left to right in their own
+    dtype."""
+    return OPS[check_op(op)].reduce(np.stack(arrays), axis=0)
 
 
 def _affine(y, gamma, beta):
@@ -22,7 +21,8 @@ def _affine(y, gamma, beta):
 
 
 def layernorm_reference(x, gamma=None, beta=None, eps=1e-5):
-    """LayerNorm over the last axis in float64, two-pass: mean, then mean squared deviation (Ba et al., 2016)."""
+    """LayerNorm over the last axis in float64, two-pass: mean, then mean squared deviation
+    (Ba et al., 2016)."""
     x = np.asarray(x, dtype=np.float64)
     mean = x.mean(axis=-1, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
@@ -30,16 +30,20 @@ def layernorm_reference(x, gamma=None, beta=None, eps=1e-5):
 
 
 def rmsnorm_reference(x, gamma=None, eps=1e-6):
-    """RMSNorm over the last axis in float64: x / sqrt(mean(x**2) + eps) * gamma (Zhang & Sennrich, 2019)."""
+    """RMSNorm over the last axis in float64: x / sqrt(mean(x**2) + eps) * gamma
+    (Zhang & Sennrich, 2019)."""
     x = np.asarray(x, dtype=np.float64)
     return _affine(x / np.sqrt((x**2).mean(axis=-1, keepdims=True) + eps), gamma, None)
 
 
 def layernorm_naive_float32(x, gamma=None, beta=None, eps=1e-5):
-    """The classic bug: one pass, var = E[x²] - E[x]², sums run left to right in float32 like a plain loop."""
+    """The classic bug: one pass, var = E[x²] - E[x]², sums run left to right in float32 like a
+    plain loop."""
     x = np.asarray(x, dtype=np.float32)
     n = np.float32(x.shape[-1])
-    mean = np.cumsum(x, axis=-1, dtype=np.float32)[..., -1:] / n  # the running sum a loop would keep
-    var = np.cumsum(x * x, axis=-1, dtype=np.float32)[..., -1:] / n - mean * mean  # cancels when mean² ≫ var
+    # the running sum a loop would keep
+    mean = np.cumsum(x, axis=-1, dtype=np.float32)[..., -1:] / n
+    # cancels when mean² ≫ var
+    var = np.cumsum(x * x, axis=-1, dtype=np.float32)[..., -1:] / n - mean * mean
     y = (x - mean) / np.sqrt(np.maximum(var, 0) + np.float32(eps))
     return _affine(y, gamma, beta).astype(np.float32)

@@ -1,4 +1,5 @@
-"""Message traces: every logical send, recorded by the sender, merged across ranks. Introduced in lessons/01."""
+"""Message traces: every logical send, recorded by the sender, merged across ranks.
+Introduced in lessons/01."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ class Event:
     step: int  # step within the phase, -1 for a plain send
     nbytes: int
     t_start: float  # time.perf_counter() when the send began (one clock per machine)
-    t_end: float  # ... and when it was on its way (copied out of the sender's array: sends are eager)
-    chunk: tuple[int, int] | None = None  # display chunks [lo, hi) the payload covers; None = whole buffer
+    t_end: float  # ... and when on its way (copied out of the sender's array: sends are eager)
+    # display chunks [lo, hi) the payload covers; None = whole buffer
+    chunk: tuple[int, int] | None = None
     collective: str = ""  # e.g. "allreduce/ring"
 
     @property
@@ -29,14 +31,16 @@ class Event:
 
     def __str__(self) -> str:
         lo, hi = self.chunk or (0, 0)
-        where = "whole" if self.chunk is None else f"chunk {lo}" if hi == lo + 1 else f"chunks {lo}-{hi - 1}"
-        return (f"{self.tag:<15} step {self.step:>2} | rank {self.src} → {self.dst} | {where:<11} | "
-                f"{format_bytes(self.nbytes)}")
+        where = ("whole" if self.chunk is None else f"chunk {lo}" if hi == lo + 1
+                 else f"chunks {lo}-{hi - 1}")
+        return (f"{self.tag:<15} step {self.step:>2} | rank {self.src} → {self.dst} | "
+                f"{where:<11} | {format_bytes(self.nbytes)}")
 
 
 @dataclass(frozen=True)
 class Receive:
-    """One completed recv on rank `dst`: called at `t_start`, message arrived at `t_arrived`, returned at `t_end`."""
+    """One completed recv on rank `dst`: called at `t_start`, message arrived at `t_arrived`,
+    returned at `t_end`."""
 
     dst: int
     src: int
@@ -59,7 +63,8 @@ class Trace:
 
     def __init__(self, events=(), receives=(), dropped: int = 0):
         self.events: list[Event] = list(events)  # sends, as recorded by their senders
-        self.receives: list[Receive] = list(receives)  # recvs, as recorded by their receivers (for timelines)
+        # recvs, as recorded by their receivers (for timelines)
+        self.receives: list[Receive] = list(receives)
         self.dropped = dropped  # sends and receives not recorded because the trace was full
         self._lock = threading.Lock()
 
@@ -95,7 +100,8 @@ class Trace:
         """One trace of all ranks' events, ordered by start time."""
         traces = list(traces)
         return cls(sorted((e for t in traces for e in t.events), key=lambda e: (e.t_start, e.src)),
-                   sorted((r for t in traces for r in t.receives), key=lambda r: (r.t_start, r.dst)),
+                   sorted((r for t in traces for r in t.receives),
+                          key=lambda r: (r.t_start, r.dst)),
                    sum(t.dropped for t in traces))
 
     def __len__(self) -> int:
@@ -123,49 +129,61 @@ class Trace:
         return steps
 
     def table(self) -> str:
-        """One line per message, grouped by phase and step: `reduce_scatter step 1 | rank 1 → 2 | chunk 3 | 4.0 MiB`."""
+        """One line per message, grouped by phase and step:
+        `reduce_scatter step 1 | rank 1 → 2 | chunk 3 | 4.0 MiB`."""
         phase_order = {tag: i for i, tag in enumerate(self.steps())}
-        return "\n".join(str(e) for e in sorted(self.events, key=lambda e: (phase_order[e.tag], e.step, e.src)))
+        events = sorted(self.events, key=lambda e: (phase_order[e.tag], e.step, e.src))
+        return "\n".join(str(e) for e in events)
 
     def __str__(self) -> str:
         return self.table()
 
     def __repr__(self) -> str:
         more = f", {self.dropped} more not recorded (trace full)" if self.dropped else ""
-        return (f"Trace({len(self.events)} messages, {format_bytes(sum(e.nbytes for e in self.events))}, "
+        return (f"Trace({len(self.events)} messages, "
+                f"{format_bytes(sum(e.nbytes for e in self.events))}, "
                 f"steps {self.steps()}{more})")
 
     def to_dicts(self) -> list[dict]:
         return [asdict(e) for e in self.events]
 
     def to_chrome_trace(self, path: str | Path) -> Path:
-        """Write Chrome trace-event JSON (open in https://ui.perfetto.dev): a process per rank, its sends and recvs."""
+        """Write Chrome trace-event JSON (open in https://ui.perfetto.dev):
+        a process per rank, its sends and recvs."""
         t0 = min([e.t_start for e in self.events] + [r.t_start for r in self.receives], default=0.0)
-        us = lambda t: round((t - t0) * 1e6, 3)  # noqa: E731 - microseconds since the first message
-        ranks = sorted({e.src for e in self.events} | {e.dst for e in self.events} | {r.dst for r in self.receives})
+        us = lambda t: round((t - t0) * 1e6, 3)  # microseconds since the first message
+        ranks = sorted({e.src for e in self.events} | {e.dst for e in self.events}
+                       | {r.dst for r in self.receives})
         events = [{"name": name, "ph": "M", "pid": r, "tid": 0, "args": args} for r in ranks
-                  for name, args in (("process_name", {"name": f"rank {r}"}), ("process_sort_index", {"sort_index": r}))]
-        lanes: dict[tuple[int, str], list[float]] = {}  # overlapping slices must go to separate threads
+                  for name, args in (("process_name", {"name": f"rank {r}"}),
+                                     ("process_sort_index", {"sort_index": r}))]
+        # overlapping slices must go to separate threads
+        lanes: dict[tuple[int, str], list[float]] = {}
 
         def lane(rank: int, kind: str, start: float, end: float) -> int:
-            ends = lanes.setdefault((rank, kind), [])  # when each lane of this rank's sends (recvs) is free again
+            # when each lane of this rank's sends (recvs) is free again
+            ends = lanes.setdefault((rank, kind), [])
             free = next((i for i, busy_until in enumerate(ends) if busy_until <= start), len(ends))
             ends[free:free + 1] = [end]
             return free + (0 if kind == "send" else 1000)
 
         for e in sorted(self.events, key=lambda e: e.t_start):
-            events.append({"name": f"{e.tag} → {e.dst}", "cat": e.collective or "p2p", "ph": "X", "pid": e.src,
-                           "tid": lane(e.src, "send", e.t_start, e.t_end), "ts": us(e.t_start),
+            events.append({"name": f"{e.tag} → {e.dst}", "cat": e.collective or "p2p", "ph": "X",
+                           "pid": e.src, "tid": lane(e.src, "send", e.t_start, e.t_end),
+                           "ts": us(e.t_start),
                            "dur": max(round(us(e.t_end) - us(e.t_start), 3), 0.0),
                            "args": {"src": e.src, "dst": e.dst, "step": e.step, "nbytes": e.nbytes,
                                     "chunk": list(e.chunk) if e.chunk else None}})
         for r in sorted(self.receives, key=lambda r: r.t_start):
-            events.append({"name": f"recv {r.tag} ← {r.src}", "cat": "recv", "ph": "X", "pid": r.dst,
-                           "tid": lane(r.dst, "recv", r.t_start, r.t_end), "ts": us(r.t_start),
+            waited = round(max(r.t_arrived - r.t_start, 0.0) * 1e6, 3)
+            events.append({"name": f"recv {r.tag} ← {r.src}", "cat": "recv", "ph": "X",
+                           "pid": r.dst, "tid": lane(r.dst, "recv", r.t_start, r.t_end),
+                           "ts": us(r.t_start),
                            "dur": max(round(us(r.t_end) - us(r.t_start), 3), 0.0),
                            "args": {"src": r.src, "dst": r.dst, "step": r.step, "nbytes": r.nbytes,
-                                    "waited_us": round(max(r.t_arrived - r.t_start, 0.0) * 1e6, 3)}})
-        events += [{"name": "thread_name", "ph": "M", "pid": rank, "tid": i + (0 if kind == "send" else 1000),
+                                    "waited_us": waited}})
+        events += [{"name": "thread_name", "ph": "M", "pid": rank,
+                    "tid": i + (0 if kind == "send" else 1000),
                     "args": {"name": kind if i == 0 else f"{kind} {i + 1}"}}
                    for (rank, kind), ends in sorted(lanes.items()) for i in range(len(ends))]
         path = Path(path)
@@ -181,5 +199,3 @@ def format_bytes(n: float) -> str:
         n /= 1024
     raise AssertionError("unreachable")
 
-
-from .replay import replay  # noqa: E402, F401 - at the end: replay is pure and imports nothing from here

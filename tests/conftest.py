@@ -9,10 +9,13 @@ import tempfile
 import pytest
 
 # Checkers record progress; tests and the lessons' nbval kernels (which inherit this environment) must never
-# write to the user's data directory.
-os.environ["ALLREDUCE_EDU_DATA_DIR"] = tempfile.mkdtemp(prefix="allreduce-edu-test-data-")
+# write to the home directory (a fresh folder per run, inside $ALLREDUCE_EDU_DATA_DIR when .ci/run sets it).
+_outer = os.environ.get("ALLREDUCE_EDU_DATA_DIR")
+if _outer:
+    os.makedirs(_outer, exist_ok=True)
+os.environ["ALLREDUCE_EDU_DATA_DIR"] = tempfile.mkdtemp(prefix="allreduce-edu-test-data-", dir=_outer or None)
 
-import allreduce_edu as ae
+import allreduce_edu as ae  # noqa: E402 - after the data folder is set
 
 _clusters: dict[tuple[str, int], ae.Cluster] = {}
 

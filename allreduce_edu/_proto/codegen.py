@@ -26,7 +26,8 @@ def generate(out: Path = ROOT) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", type=Path, default=ROOT, help="folder to write allreduce_edu/_proto/ under")
+    parser.add_argument("--out", type=Path, default=ROOT,
+                        help="folder to write allreduce_edu/_proto/ under")
     for path in generate(parser.parse_args(argv).out):
         print(path)
     return 0

@@ -23,7 +23,7 @@ class Signature(_message.Message):
     def __init__(self, collective: _Optional[str] = ..., algorithm: _Optional[str] = ..., op: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., root: _Optional[int] = ...) -> None: ...
 
 class Header(_message.Message):
-    __slots__ = ("src", "tag", "seq", "epoch", "collective_id", "step", "dtype", "shape", "nbytes", "offset", "length", "signature", "chunk_lo", "chunk_hi")
+    __slots__ = ("src", "tag", "seq", "epoch", "collective_id", "step", "dtype", "shape", "nbytes", "offset", "length", "signature")
     SRC_FIELD_NUMBER: _ClassVar[int]
     TAG_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -36,8 +36,6 @@ class Header(_message.Message):
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     LENGTH_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
-    CHUNK_LO_FIELD_NUMBER: _ClassVar[int]
-    CHUNK_HI_FIELD_NUMBER: _ClassVar[int]
     src: int
     tag: str
     seq: int
@@ -50,9 +48,7 @@ class Header(_message.Message):
     offset: int
     length: int
     signature: Signature
-    chunk_lo: int
-    chunk_hi: int
-    def __init__(self, src: _Optional[int] = ..., tag: _Optional[str] = ..., seq: _Optional[int] = ..., epoch: _Optional[int] = ..., collective_id: _Optional[int] = ..., step: _Optional[int] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., nbytes: _Optional[int] = ..., offset: _Optional[int] = ..., length: _Optional[int] = ..., signature: _Optional[_Union[Signature, _Mapping]] = ..., chunk_lo: _Optional[int] = ..., chunk_hi: _Optional[int] = ...) -> None: ...
+    def __init__(self, src: _Optional[int] = ..., tag: _Optional[str] = ..., seq: _Optional[int] = ..., epoch: _Optional[int] = ..., collective_id: _Optional[int] = ..., step: _Optional[int] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., nbytes: _Optional[int] = ..., offset: _Optional[int] = ..., length: _Optional[int] = ..., signature: _Optional[_Union[Signature, _Mapping]] = ...) -> None: ...
 
 class Frame(_message.Message):
     __slots__ = ("header", "data")

@@ -1,10 +1,11 @@
 """Collectives over any Communicator: one algorithm per module, chosen by name.
 
-    allreduce(comm, x, op="sum", algorithm="ring")   # naive, all_to_all, ring, tree, recursive_doubling, rabenseifner
-    reduce(comm, x, op="sum", root=0)                # binomial tree; the result on root, None elsewhere
-    broadcast(comm, x, root=0)                       # binomial tree; root's x on every rank
-    reduce_scatter(comm, x, op="sum")                # ring; rank r gets piece r of np.array_split(x, N)
-    all_gather(comm, x)                              # ring; pieces concatenated along axis 0 in rank order
+    allreduce(comm, x, op="sum", algorithm="ring")  # naive, all_to_all, ring, tree,
+                                                    # recursive_doubling, rabenseifner
+    reduce(comm, x, op="sum", root=0)               # binomial tree; result on root, None elsewhere
+    broadcast(comm, x, root=0)                      # binomial tree; root's x on every rank
+    reduce_scatter(comm, x, op="sum")               # ring; rank r gets np.array_split(x, N)[r]
+    all_gather(comm, x)                             # ring; pieces joined along axis 0 in rank order
 """
 
 from __future__ import annotations
@@ -12,19 +13,25 @@ from __future__ import annotations
 import numpy as np
 
 from ..comm.base import check_array
-# importing registers each algorithm; ALGORITHMS keeps this order (the lessons' order)
-from . import naive  # noqa: F401, I001
-from . import ring  # noqa: F401, I001
-from . import tree  # noqa: F401, I001
-from . import recursive  # noqa: F401, I001
-from . import hierarchical  # noqa: F401, I001 - needs ring; nodes from comm.links (lessons/05)
-from .ops import ALGORITHMS, OPS, check_op, check_root
 
-__all__ = ["allreduce", "reduce", "broadcast", "reduce_scatter", "all_gather", "ALGORITHMS", "OPS"]
+# importing registers each algorithm; ALGORITHMS keeps this order (the lessons' order)
+# isort: off
+from . import naive  # noqa: F401 - imported to register naive and all_to_all
+from . import ring
+from . import tree
+from . import recursive  # noqa: F401 - imported to register recursive_doubling, rabenseifner
+from . import hierarchical  # noqa: F401 - needs ring; nodes from comm.links (lessons/05)
+# isort: on
+from ..ops import OPS
+from .registry import ALGORITHMS, DESCRIPTIONS, check_op, check_root, describe
+
+__all__ = ["allreduce", "reduce", "broadcast", "reduce_scatter", "all_gather", "ALGORITHMS",
+           "DESCRIPTIONS", "describe", "OPS"]
 
 
 def allreduce(comm, x, op: str = "sum", algorithm: str = "ring") -> np.ndarray:
-    """Every rank gets op(x over all ranks), with x's shape and dtype; the caller's x is never changed."""
+    """Every rank gets op(x over all ranks), with x's shape and dtype;
+    the caller's x is never changed."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"rank {comm.rank}: unknown algorithm {algorithm!r}; valid algorithms: "
                          f"{', '.join(ALGORITHMS)}")
@@ -32,17 +39,20 @@ def allreduce(comm, x, op: str = "sum", algorithm: str = "ring") -> np.ndarray:
 
 
 def reduce(comm, x, op: str = "sum", root: int = 0) -> np.ndarray | None:
-    """Binomial-tree reduce: `root` gets op(x over all ranks); the other ranks get None (as in mpi4py)."""
+    """Binomial-tree reduce: `root` gets op(x over all ranks); the other ranks get None
+    (as in mpi4py)."""
     check_op(comm, op)
     root = check_root(comm, root)
     x = check_array(x, f"reduce input on rank {comm.rank}")
-    with comm.collective("reduce", algorithm="tree", op=op, dtype=x.dtype, shape=x.shape, root=root):
+    with comm.collective("reduce", algorithm="tree", op=op, dtype=x.dtype, shape=x.shape,
+                         root=root):
         result = tree.reduce_tree(comm, x, op, root)
     return result if comm.rank == root else None
 
 
 def broadcast(comm, x, root: int = 0) -> np.ndarray:
-    """Binomial-tree broadcast: every rank gets a copy of root's x (all ranks pass arrays of one shape)."""
+    """Binomial-tree broadcast: every rank gets a copy of root's x
+    (all ranks pass arrays of one shape)."""
     root = check_root(comm, root)
     x = check_array(x, f"broadcast input on rank {comm.rank}")
     with comm.collective("broadcast", algorithm="tree", dtype=x.dtype, shape=x.shape, root=root):
@@ -50,18 +60,21 @@ def broadcast(comm, x, root: int = 0) -> np.ndarray:
 
 
 def reduce_scatter(comm, x, op: str = "sum") -> np.ndarray:
-    """Ring reduce-scatter: rank r gets the reduction of piece r of np.array_split(x, world_size, axis=0)."""
+    """Ring reduce-scatter: rank r gets the reduction of piece r of
+    np.array_split(x, world_size, axis=0)."""
     check_op(comm, op)
     x = check_array(x, f"reduce_scatter input on rank {comm.rank}")
     if x.ndim == 0:
-        raise ValueError(f"reduce_scatter on rank {comm.rank} needs an array with at least one axis to split")
+        raise ValueError(f"reduce_scatter on rank {comm.rank} needs an array with at least one "
+                         f"axis to split")
     with comm.collective("reduce_scatter", algorithm="ring", op=op, dtype=x.dtype, shape=x.shape):
         pieces = np.array_split(x.copy(), comm.world_size, axis=0)
         return ring.reduce_scatter_ring(comm, pieces, op).copy()
 
 
 def all_gather(comm, x) -> np.ndarray:
-    """Ring all-gather: every rank's x concatenated along axis 0 in rank order (lengths may differ)."""
+    """Ring all-gather: every rank's x concatenated along axis 0 in rank order
+    (lengths may differ)."""
     x = np.atleast_1d(check_array(x, f"all_gather input on rank {comm.rank}"))
     with comm.collective("all_gather", algorithm="ring", dtype=x.dtype, shape=x.shape[1:]):
         pieces = [None] * comm.world_size

@@ -1,4 +1,5 @@
-"""Naive all-reduce: everything through one root, or everything to everyone. Introduced in lessons/02.
+"""Naive all-reduce: everything through one root, or everything to everyone.
+Introduced in lessons/02.
 
 Simple and correct, but the root moves (N-1)·S bytes each way: it is the bottleneck.
 """
@@ -7,10 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ops import allreduce_algorithm, reduce_into
+from .. import costmodel
+from .registry import allreduce_algorithm, reduce_into
 
 
-@allreduce_algorithm("naive")
+@allreduce_algorithm("naive", layout="star", phases=("reduce", "broadcast"), cost=costmodel.naive,
+                     colour="#E69F00")
 def allreduce_naive(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
     """Reduce to rank 0, then broadcast from it; one message per rank each way."""
     if comm.rank != 0:
@@ -25,9 +28,10 @@ def allreduce_naive(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
     return acc
 
 
-@allreduce_algorithm("all_to_all")
+@allreduce_algorithm("all_to_all", layout="star", phases=("exchange",), cost=costmodel.all_to_all,
+                     colour="#CC79A7")
 def allreduce_all_to_all(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
-    """Every rank sends its whole buffer to every other and reduces all N itself (one step, (N-1)·S each).
+    """Every rank sends its whole buffer to every other and reduces all N (one step, (N-1)·S each).
 
     Not MPI's Alltoall (which sends a different piece to each rank): the naive direct exchange.
     """

@@ -1,4 +1,5 @@
-"""Recursive doubling and Rabenseifner's halving-doubling all-reduce. Introduced in lessons/04_tree_allreduce.
+"""Recursive doubling and Rabenseifner's halving-doubling all-reduce.
+Introduced in lessons/04_tree_allreduce.
 
 Thakur, Rabenseifner & Gropp, "Optimization of collective communication operations in MPICH" (2005).
 A world that is not a power of two first folds its extra ranks into partners and unfolds at the end.
@@ -8,11 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ops import OPS, allreduce_algorithm, reduce_into
+from .. import costmodel
+from ..ops import OPS
+from .registry import allreduce_algorithm, block_bounds, reduce_into
 
 
 def _fold(comm, x: np.ndarray, op: str) -> tuple[np.ndarray | None, int, int]:
-    """Fold N ranks into p = 2^⌊log2 N⌋: the first 2(N-p) ranks pair up and the even one hands over its data.
+    """Fold N ranks into p = 2^⌊log2 N⌋: the first 2(N-p) ranks pair up and the even one hands
+    over its data.
 
     Returns (data, new rank among the p, p); data is None for a rank that sits out until `_unfold`.
     """
@@ -44,9 +48,11 @@ def _real_rank(new_rank: int, extra: int) -> int:
     return 2 * new_rank + 1 if new_rank < extra else new_rank + extra
 
 
-@allreduce_algorithm("recursive_doubling")
+@allreduce_algorithm("recursive_doubling", layout="hypercube",
+                     phases=("fold", "exchange", "unfold"), cost=costmodel.recursive_doubling,
+                     colour="#D55E00")
 def allreduce_recursive_doubling(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
-    """In step s, swap the whole buffer with rank XOR 2^s and reduce: log2 N steps, N·log2 N·S bytes."""
+    """Step s: swap whole buffers with rank XOR 2^s and reduce; log2 N steps, N·log2 N·S bytes."""
     acc, me, p = _fold(comm, x, op)
     extra = comm.world_size - p
     if acc is not None:
@@ -54,29 +60,33 @@ def allreduce_recursive_doubling(comm, x: np.ndarray, op: str = "sum") -> np.nda
         while distance < p:
             # step s: exchange everything with partner = me XOR 2^s; both compute op(lower, higher)
             partner = me ^ distance
-            theirs = comm.sendrecv(_real_rank(partner, extra), acc, _real_rank(partner, extra), "exchange",
-                                   step=step)
+            theirs = comm.sendrecv(_real_rank(partner, extra), acc, _real_rank(partner, extra),
+                                   "exchange", step=step)
             acc = OPS[op](acc, theirs) if me < partner else OPS[op](theirs, acc)
             distance, step = distance * 2, step + 1
     return _unfold(comm, acc)
 
 
-@allreduce_algorithm("rabenseifner")
+@allreduce_algorithm("rabenseifner", layout="hypercube", bounds=block_bounds,
+                     phases=("fold", "reduce_scatter", "all_gather", "unfold"),
+                     cost=costmodel.rabenseifner, colour="#56B4E9")
 def allreduce_rabenseifner(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
-    """Recursive halving reduce-scatter + recursive doubling all-gather: 2 log2 N steps, ~2·S bytes."""
+    """Reduce-scatter by recursive halving, all-gather by doubling: 2 log2 N steps, ~2·S bytes."""
     acc, me, p = _fold(comm, x, op)
     extra = comm.world_size - p
     if acc is not None:
         flat = acc.reshape(-1)
-        bounds = np.linspace(0, flat.size, p + 1).astype(int)  # block b is flat[bounds[b]:bounds[b + 1]]
+        # block b is flat[bounds[b]:bounds[b + 1]]
+        bounds = np.linspace(0, flat.size, p + 1).astype(int)
         lo, hi = 0, p  # the blocks this rank is still responsible for
         distance, step = p // 2, 0
         while distance >= 1:
-            # step s: halve [lo, hi); keep the half holding my rank, send the other half to me XOR distance
+            # step s: halve [lo, hi); keep the half with my rank, send the other to me XOR distance
             partner, mid = me ^ distance, (lo + hi) // 2
             keep, give = ((lo, mid), (mid, hi)) if me < partner else ((mid, hi), (lo, mid))
-            theirs = comm.sendrecv(_real_rank(partner, extra), flat[bounds[give[0]]:bounds[give[1]]],
-                                   _real_rank(partner, extra), "reduce_scatter", step=step, chunk=give)
+            theirs = comm.sendrecv(
+                _real_rank(partner, extra), flat[bounds[give[0]]:bounds[give[1]]],
+                _real_rank(partner, extra), "reduce_scatter", step=step, chunk=give)
             reduce_into(flat[bounds[keep[0]]:bounds[keep[1]]], theirs, op)
             (lo, hi), distance, step = keep, distance // 2, step + 1
         distance, step = 1, 0

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ops import allreduce_algorithm, reduce_into
+from .. import costmodel
+from .registry import allreduce_algorithm, reduce_into
 
 
 def reduce_tree(comm, x: np.ndarray, op: str = "sum", root: int = 0) -> np.ndarray:
-    """Binomial-tree reduce: the reduction lands on `root`; other ranks return their partial sums."""
+    """Binomial-tree reduce: the reduction lands on `root`;
+    other ranks return their partial sums."""
     n = comm.world_size
     vrank = (comm.rank - root) % n  # rank counted from the root
     acc = x.copy()
@@ -42,7 +44,8 @@ def broadcast_tree(comm, x: np.ndarray, root: int = 0) -> np.ndarray:
     return data
 
 
-@allreduce_algorithm("tree")
+@allreduce_algorithm("tree", layout="tree", phases=("reduce", "broadcast"), cost=costmodel.tree,
+                     link_cost=costmodel.tree_on_links, colour="#009E73")
 def allreduce_tree(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
     """Tree all-reduce = binomial reduce to rank 0 + binomial broadcast from it."""
     return broadcast_tree(comm, reduce_tree(comm, x, op, root=0), root=0)

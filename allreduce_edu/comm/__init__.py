@@ -1,8 +1,16 @@
-"""How ranks talk: the Communicator seam and its transports (gRPC between processes, local threads)."""
+"""How ranks talk: the Communicator seam and its transports
+(gRPC between processes, local threads)."""
 
 from .base import Communicator, Request, check_array
-from .errors import CollectiveAborted, CollectiveError, CollectiveMismatch, CollectiveTimeout, RankFailure
+from .errors import (
+    CollectiveAborted,
+    CollectiveError,
+    CollectiveMismatch,
+    CollectiveTimeout,
+    RankFailure,
+)
 from .local import LocalCommunicator, LocalWorld
 
-__all__ = ["Communicator", "Request", "check_array", "LocalCommunicator", "LocalWorld", "CollectiveError",
-           "CollectiveAborted", "CollectiveMismatch", "CollectiveTimeout", "RankFailure"]
+__all__ = ["Communicator", "Request", "check_array", "LocalCommunicator", "LocalWorld",
+           "CollectiveError", "CollectiveAborted", "CollectiveMismatch", "CollectiveTimeout",
+           "RankFailure"]

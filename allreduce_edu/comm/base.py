@@ -13,11 +13,13 @@ from .mailbox import Mailbox, Message, Signature
 
 #: dtypes that may travel on the wire (numbers only: never objects, never pickles)
 WIRE_DTYPES = frozenset(np.dtype(t).name for t in (
-    "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"))
+    "float16", "float32", "float64", "int8", "int16", "int32", "int64",
+    "uint8", "uint16", "uint32", "uint64"))
 
 
 def check_array(array, what: str = "array") -> np.ndarray:
-    """Return `array` as a C-contiguous NumPy array of a wire dtype (lists convert as `np.asarray` does)."""
+    """Return `array` as a C-contiguous NumPy array of a wire dtype
+    (lists convert as `np.asarray` does)."""
     array = np.asarray(array)
     if array.dtype.name not in WIRE_DTYPES:
         raise TypeError(f"{what} has dtype {array.dtype}, which cannot travel between ranks; "
@@ -28,8 +30,9 @@ def check_array(array, what: str = "array") -> np.ndarray:
 class Request:
     """A send in flight (as MPI's `Isend` returns): `wait()` returns once the data is on its way.
 
-    Sends are eager, like MPI's for small messages: the data has been copied out of your array (into
-    the peer's mailbox, or into the gRPC stream), so you may reuse the array; the peer may not hold it yet.
+    Sends are eager, like MPI's for small messages: the data has been copied out of your array
+    (into the peer's mailbox, or into the gRPC stream), so you may reuse the array; the peer may
+    not hold it yet.
     """
 
     def __init__(self, comm: Communicator, dst: int, tag: str, nbytes: int, step: int, chunk):
@@ -37,7 +40,8 @@ class Request:
         self.dst, self.tag, self.nbytes, self.step, self.chunk = dst, tag, nbytes, step, chunk
         self.t_start = time.perf_counter()
 
-    def _wait(self, deadline: float) -> None:  # transports override: block until the peer acknowledged
+    # transports override: block until the peer acknowledged
+    def _wait(self, deadline: float) -> None:
         pass
 
     def wait(self, timeout: float | None = None) -> None:
@@ -53,7 +57,8 @@ class Request:
 
 
 class Communicator:
-    """What an algorithm sees of the world: its `rank`, the `world_size`, and send/recv between ranks.
+    """What an algorithm sees of the world: its `rank`, the `world_size`,
+    and send/recv between ranks.
 
     Transports implement `_post` (start moving a message to `dst`); everything else is shared.
     """
@@ -67,10 +72,18 @@ class Communicator:
         self._epoch = 0
         self._collective_id = 0
         self._signature: Signature | None = None
-        self.links = None  # emulated links (allreduce_edu.comm.links): delay each send as its link would
+        # emulated links (allreduce_edu.comm.links): delay each send as its link would
+        self.links = None
+        self.ranks_per_node: int | None = None  # consecutive ranks that share a node; None: unknown
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(rank={self.rank}, world_size={self.world_size})"
+
+    def use_links(self, links) -> None:
+        """Delay every send as the emulated `links` would (None: no delay);
+        their nodes become this world's."""
+        self.links = links
+        self.ranks_per_node = links.ranks_per_node if links is not None else self.ranks_per_node
 
     # --- point to point -------------------------------------------------------------------
     def isend(self, dst: int, array, tag: str, *, step: int = -1, chunk=None) -> Request:
@@ -79,9 +92,11 @@ class Communicator:
         if not isinstance(tag, str):
             raise TypeError(f"rank {self.rank}: tag must be a string, got {tag!r}")
         if not -1 <= step < 1 << 20:
-            raise ValueError(f"rank {self.rank}: step={step} is out of range (-1 for none, else 0 .. 2^20-1)")
+            raise ValueError(f"rank {self.rank}: step={step} is out of range "
+                             f"(-1 for none, else 0 .. 2^20-1)")
         array = check_array(array)
-        chunk = (chunk, chunk + 1) if isinstance(chunk, (int, np.integer)) else (tuple(chunk) if chunk else None)
+        chunk = ((chunk, chunk + 1) if isinstance(chunk, (int, np.integer))
+                 else (tuple(chunk) if chunk else None))
         msg = Message(self.rank, tag, array, self._epoch, self._current_id(), self._signature, step)
         t_start = time.perf_counter()
         if self.links is not None:  # the emulated link's time is part of the send
@@ -91,7 +106,8 @@ class Communicator:
         return request
 
     def send(self, dst: int, array, tag: str, *, step: int = -1, chunk=None) -> None:
-        """Send `array` to rank `dst`; returns once the data is on its way (eager: your array is free again)."""
+        """Send `array` to rank `dst`; returns once the data is on its way
+        (eager: your array is free again)."""
         self.isend(dst, array, tag, step=step, chunk=chunk).wait()
 
     def recv(self, src: int, tag: str, timeout: float | None = None) -> np.ndarray:
@@ -99,21 +115,24 @@ class Communicator:
         self._check_peer(src, "src")
         t_start = time.perf_counter()
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        msg = self._mailbox.take(src, tag, self._epoch, self._current_id(), self._signature, deadline)
+        msg = self._mailbox.take(src, tag, self._epoch, self._current_id(), self._signature,
+                                 deadline)
         self.trace.record_receive(Receive(self.rank, src, tag, msg.step, msg.array.nbytes, t_start,
                                           msg.t_arrived, time.perf_counter()))
         return msg.array
 
     def sendrecv(self, dst: int, array, src: int, tag: str, *, step: int = -1, chunk=None,
                  timeout: float | None = None) -> np.ndarray:
-        """Send to `dst` while receiving from `src` (the ring step): full duplex, so it never deadlocks."""
+        """Send to `dst` while receiving from `src` (the ring step):
+        full duplex, so it never deadlocks."""
         request = self.isend(dst, array, tag, step=step, chunk=chunk)
         received = self.recv(src, tag, timeout)
         request.wait(timeout)
         return received
 
     def barrier(self) -> None:
-        """Return once every rank has called barrier (dissemination: ⌈log2 N⌉ rounds of empty messages)."""
+        """Return once every rank has called barrier
+        (dissemination: ⌈log2 N⌉ rounds of empty messages)."""
         with self.collective("barrier"):
             empty = np.empty(0, np.uint8)
             distance, step = 1, 0
@@ -125,7 +144,8 @@ class Communicator:
 
     # --- collectives ----------------------------------------------------------------------
     @contextlib.contextmanager
-    def collective(self, name: str, *, algorithm: str = "", op: str = "", dtype="", shape=(), root: int = -1):
+    def collective(self, name: str, *, algorithm: str = "", op: str = "", dtype="", shape=(),
+                   root: int = -1):
         """Mark the messages inside as one collective, so ranks that disagree on it fail loudly.
 
         Nested calls (ring all-reduce calling reduce-scatter) belong to the outermost collective.
@@ -134,7 +154,8 @@ class Communicator:
             yield
             return
         self._collective_id += 1
-        self._signature = Signature(name, algorithm, op, np.dtype(dtype).name if dtype != "" else "",
+        self._signature = Signature(name, algorithm, op,
+                                    np.dtype(dtype).name if dtype != "" else "",
                                     tuple(int(s) for s in shape), root)
         self._mailbox.discard_collectives_before(self._epoch, self._collective_id)
         try:

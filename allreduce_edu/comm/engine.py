@@ -1,4 +1,5 @@
-"""Our Communicator over another engine's point-to-point (MPI, torch.distributed). Introduced in lessons/09.
+"""Our Communicator over another engine's point-to-point (MPI, torch.distributed).
+Introduced in lessons/09.
 
 Engines match a message by (src, integer tag), first in first out, and cannot say how big it is
 before it arrives. So each message travels as two: a fixed-size int64 header (tag check, collective,
@@ -20,7 +21,8 @@ from .errors import CollectiveMismatch, CollectiveTimeout
 from .mailbox import Message
 
 MAX_DIMS = 32
-HEADER = 7 + MAX_DIMS  # crc32(tag), collective id, crc32(signature), step, dtype, ndim, nbytes, shape...
+# crc32(tag), collective id, crc32(signature), step, dtype, ndim, nbytes, shape...
+HEADER = 7 + MAX_DIMS
 DTYPES = sorted(WIRE_DTYPES)  # a dtype travels as its index here
 
 
@@ -34,8 +36,8 @@ def pack_header(msg: Message) -> np.ndarray:
     if a.ndim > MAX_DIMS:
         raise ValueError(f"an array of {a.ndim} dimensions cannot travel (at most {MAX_DIMS})")
     header = np.zeros(HEADER, np.int64)
-    header[:7] = (crc(msg.tag), msg.collective_id, crc(str(msg.signature)) if msg.signature else 0, msg.step,
-                  DTYPES.index(a.dtype.name), a.ndim, a.nbytes)
+    header[:7] = (crc(msg.tag), msg.collective_id, crc(str(msg.signature)) if msg.signature else 0,
+                  msg.step, DTYPES.index(a.dtype.name), a.ndim, a.nbytes)
     header[7:7 + a.ndim] = a.shape
     return header
 
@@ -46,22 +48,26 @@ def as_bytes(array: np.ndarray) -> np.ndarray:
 
 
 class EngineRequest(Request):
-    """A send in flight on an engine: done when the engine has finished both header and data sends."""
+    """A send in flight on an engine:
+    done when the engine has finished both header and data sends."""
 
     def __init__(self, comm, dst, tag, nbytes, step, chunk, handles, keep):
         super().__init__(comm, dst, tag, nbytes, step, chunk)
-        self._handles, self._keep = handles, keep  # the buffers must live until the engine is done with them
+        # the buffers must live until the engine is done with them
+        self._handles, self._keep = handles, keep
 
     def _wait(self, deadline: float) -> None:
         for handle in self._handles:
             if not self._comm._wait(handle, deadline):
-                raise CollectiveTimeout(f"rank {self._comm.rank}: rank {self.dst} did not take {self.tag!r} "
-                                        f"({self.nbytes} bytes) before the deadline", ranks=(self.dst,))
+                raise CollectiveTimeout(f"rank {self._comm.rank}: rank {self.dst} did not take "
+                                        f"{self.tag!r} ({self.nbytes} bytes) before the deadline",
+                                        ranks=(self.dst,))
         self._handles = self._keep = ()
 
 
 class EngineCommunicator(Communicator):
-    """Send/recv over an engine; subclasses give `_isend`, `_irecv`, `_wait` and the engine's own all-reduce."""
+    """Send/recv over an engine; subclasses give `_isend`, `_irecv`, `_wait`
+    and the engine's own all-reduce."""
 
     engine = ""  # "mpi", "gloo": the name of the engine's own all-reduce in bench rows
     tag_limit = 2**31 - 1  # integer tags run 0 .. tag_limit - 1
@@ -73,8 +79,10 @@ class EngineCommunicator(Communicator):
             return EngineRequest(self, dst, msg.tag, msg.array.nbytes, msg.step, chunk, (), ())
         tag, header = crc(msg.tag) % self.tag_limit, pack_header(msg)
         array = msg.array if msg.array.flags.writeable else msg.array.copy()
-        handles = [self._isend(dst, tag, header)] + ([self._isend(dst, tag, as_bytes(array))] if array.nbytes else [])
-        return EngineRequest(self, dst, msg.tag, array.nbytes, msg.step, chunk, handles, (header, array))
+        handles = [self._isend(dst, tag, header)] + ([self._isend(dst, tag, as_bytes(array))]
+                                                     if array.nbytes else [])
+        return EngineRequest(self, dst, msg.tag, array.nbytes, msg.step, chunk, handles,
+                             (header, array))
 
     def recv(self, src: int, tag: str, timeout: float | None = None) -> np.ndarray:
         """The next array `src` sent with `tag`: the header first, then the bytes it announces."""
@@ -94,24 +102,30 @@ class EngineCommunicator(Communicator):
         self.trace.record_receive(Receive(self.rank, src, tag, step, nbytes, t_start, t_end, t_end))
         return array
 
-    def _receive(self, src: int, number: int, buffer: np.ndarray, deadline: float, tag: str) -> None:
+    def _receive(self, src: int, number: int, buffer: np.ndarray, deadline: float,
+                 tag: str) -> None:
         if not self._wait(self._irecv(src, number, buffer), deadline):
             sig = f"in {self._signature}" if self._signature else "(plain recv)"
-            raise CollectiveTimeout(f"rank {self.rank} waited past its deadline for {tag!r} from rank {src} {sig}; "
-                                    f"is rank {src} stuck, or did it call something else?", ranks=(src,))
+            raise CollectiveTimeout(f"rank {self.rank} waited past its deadline for {tag!r} "
+                                    f"from rank {src} {sig}; "
+                                    f"is rank {src} stuck, or did it call something else?",
+                                    ranks=(src,))
 
     def _check(self, src: int, tag: str, tag_crc: int, collective_id: int, signature: int) -> None:
         """Fail loudly when the message is not the one this rank is waiting for."""
         if tag_crc != crc(tag):
-            raise CollectiveMismatch(f"rank {self.rank} waited for {tag!r} from rank {src} but got another tag "
-                                     f"(crc32 {tag_crc}) under the same integer tag; rename one of the two tags",
+            raise CollectiveMismatch(f"rank {self.rank} waited for {tag!r} from rank {src} "
+                                     f"but got another tag (crc32 {tag_crc}) under the same "
+                                     f"integer tag; rename one of the two tags",
                                      ranks=(src, self.rank))
         mine = crc(str(self._signature)) if self._signature else 0
         if (collective_id, signature) != (self._current_id(), mine):
             raise CollectiveMismatch(
-                f"rank {src} sent {tag!r} from its collective #{collective_id} but rank {self.rank} is in collective "
-                f"#{self._current_id()} ({self._signature or 'plain recv'}), or they called it with different "
-                f"shape, dtype, op or algorithm. Every rank must call the same collectives in the same order.",
+                f"rank {src} sent {tag!r} from its collective #{collective_id} "
+                f"but rank {self.rank} is in collective #{self._current_id()} "
+                f"({self._signature or 'plain recv'}), or they called it with different "
+                f"shape, dtype, op or algorithm. "
+                f"Every rank must call the same collectives in the same order.",
                 ranks=(src, self.rank))
 
     # --- what each engine provides ------------------------------------------------------------
@@ -126,5 +140,6 @@ class EngineCommunicator(Communicator):
         raise NotImplementedError
 
     def builtin_allreduce(self, x: np.ndarray, op: str = "sum") -> np.ndarray:
-        """The engine's own all-reduce: the reference our algorithms are checked and timed against."""
+        """The engine's own all-reduce:
+        the reference our algorithms are checked and timed against."""
         raise NotImplementedError

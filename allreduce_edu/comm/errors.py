@@ -27,8 +27,10 @@ class CollectiveTimeout(CollectiveError):
 
 
 class CollectiveMismatch(CollectiveError):
-    """Ranks called different collectives, or the same one with different shape, dtype, op or algorithm."""
+    """Ranks called different collectives,
+    or the same one with different shape, dtype, op or algorithm."""
 
 
 class CollectiveAborted(CollectiveError):
-    """Another rank failed, so this rank's collective was stopped early (the root cause is raised elsewhere)."""
+    """Another rank failed, so this rank's collective was stopped early
+    (the root cause is raised elsewhere)."""

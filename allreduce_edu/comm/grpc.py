@@ -1,4 +1,5 @@
-"""gRPC transport: every rank serves `Rank` on 127.0.0.1 and keeps one Exchange stream open to each peer.
+"""gRPC transport: every rank serves `Rank` on 127.0.0.1 and keeps one Exchange stream open
+to each peer.
 
 A send returns once its data is copied into the stream (as MPI's eager sends do), not when the peer
 holds it: a per-message acknowledgement cost a third of the small-message latency here. A peer that
@@ -7,83 +8,32 @@ dies ends the stream, which fails every later send to it and every recv from it 
 
 from __future__ import annotations
 
-import hmac
 import logging
 import queue
 import threading
 import time
 from concurrent import futures
-from dataclasses import dataclass
 
 import grpc
-import numpy as np
 
 from .._proto import rank_pb2 as pb
 from .._proto import rank_pb2_grpc
+from .auth import RANK_KEY, TLS, TOKEN_KEY, TokenInterceptor, channel
 from .base import Communicator, Request
 from .errors import CollectiveError, CollectiveTimeout, RankFailure
 from .mailbox import Message
-from .wire import CHUNK_BYTES, MAX_MESSAGE_BYTES, WireError, check_header, decode_frame, encode_frames, to_message
+from .wire import CHUNK_BYTES, MAX_MESSAGE_BYTES, Assembler, WireError, encode_frames
 
 log = logging.getLogger("allreduce_edu")
 
 SERVICE = pb.DESCRIPTOR.services_by_name["Rank"].full_name  # "allreduce_edu.Rank"
 EXCHANGE = f"/{SERVICE}/Exchange"
-TOKEN_KEY, RANK_KEY = "x-allreduce-token", "x-allreduce-rank"
-CHANNEL_OPTIONS = [("grpc.enable_http_proxy", 0)]  # loopback traffic must never go through a proxy
 SERVER_OPTIONS = [("grpc.so_reuseport", 0)]  # one port, one rank
 
 
-@dataclass(frozen=True)
-class TLS:
-    """TLS for ranks on several machines: PEM bytes of the cluster's certificate chain and key.
-
-    `ca` verifies peers (defaults to `cert`: a self-signed cluster certificate is its own CA);
-    `mutual=True` makes servers demand a client certificate signed by `ca` too.
-    """
-
-    cert: bytes
-    key: bytes
-    ca: bytes | None = None
-    mutual: bool = False
-
-    def server_credentials(self) -> grpc.ServerCredentials:
-        return grpc.ssl_server_credentials([(self.key, self.cert)], root_certificates=self.ca or self.cert,
-                                           require_client_auth=self.mutual)
-
-    def channel_credentials(self) -> grpc.ChannelCredentials:
-        return grpc.ssl_channel_credentials(root_certificates=self.ca or self.cert,
-                                            private_key=self.key if self.mutual else None,
-                                            certificate_chain=self.cert if self.mutual else None)
-
-
-class TokenInterceptor(grpc.ServerInterceptor):
-    """Refuse every call that lacks the cluster's token (declared or not, any call kind) with UNAUTHENTICATED."""
-
-    def __init__(self, token: str):
-        self._token = token.encode()
-        self._warned: set[str] = set()
-
-    def intercept_service(self, continuation, details):
-        given = dict(details.invocation_metadata).get(TOKEN_KEY, "")
-        if hmac.compare_digest(given.encode() if isinstance(given, str) else given, self._token):
-            return continuation(details)
-        if details.method not in self._warned and len(self._warned) < 16:  # once per method, a few methods
-            self._warned.add(details.method)
-            log.warning("refused a call to %s without the cluster token", details.method)
-        return _REFUSE
-
-
-def _refuse(request_or_iterator, context):
-    context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong cluster token")
-
-
-# A stream-stream handler starts at once, whatever kind of call the client made, so nothing is read first.
-_REFUSE = grpc.stream_stream_rpc_method_handler(_refuse)
-
-
 class GrpcRequest(Request):
-    """A send in flight on a peer's stream; done once its last frame is encoded (the data is on its way)."""
+    """A send in flight on a peer's stream; done once its last frame is encoded
+    (the data is on its way)."""
 
     def __init__(self, *args):
         super().__init__(*args)
@@ -103,13 +53,12 @@ class GrpcRequest(Request):
 
 
 class PeerLink:
-    """This rank's one-way pipe to one peer: a client stream of frames that stays open for the cluster's life."""
+    """This rank's one-way pipe to one peer:
+    a client stream of frames that stays open for the cluster's life."""
 
     def __init__(self, comm: GrpcCommunicator, dst: int, address: str):
         self.comm, self.dst, self.address = comm, dst, address
-        tls = comm.tls
-        self.channel = (grpc.secure_channel(address, tls.channel_credentials(), options=CHANNEL_OPTIONS) if tls
-                        else grpc.insecure_channel(address, options=CHANNEL_OPTIONS))
+        self.channel = channel(address, comm.tls)
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         self._pending: dict[int, GrpcRequest] = {}
         self._lock = threading.Lock()
@@ -124,16 +73,18 @@ class PeerLink:
             reply = rank_pb2_grpc.RankStub(self.channel).Ping(pb.PingRequest(src=self.comm.rank),
                                                              metadata=md, timeout=timeout)
         except (grpc.FutureTimeoutError, grpc.RpcError) as e:
-            why = e.details() if isinstance(e, grpc.RpcError) else f"no answer within {timeout:.0f} s"
-            raise RankFailure(f"rank {self.comm.rank} cannot reach rank {self.dst} at {self.address}: {why}",
-                              ranks=(self.dst,)) from None
+            why = (e.details() if isinstance(e, grpc.RpcError)
+                   else f"no answer within {timeout:.0f} s")
+            raise RankFailure(f"rank {self.comm.rank} cannot reach rank {self.dst} at "
+                              f"{self.address}: {why}", ranks=(self.dst,)) from None
         if (reply.rank, reply.world_size) != (self.dst, self.comm.world_size):
             raise RankFailure(f"{self.address} is rank {reply.rank} of {reply.world_size}, "
                               f"not rank {self.dst} of {self.comm.world_size}", ranks=(self.dst,))
         exchange = self.channel.stream_unary(EXCHANGE, request_serializer=None,
                                              response_deserializer=pb.ExchangeSummary.FromString)
         self._call = exchange.future(self._frames(), metadata=md)
-        self._call.add_done_callback(self._ended)  # runs when the stream ends: the peer closed or died
+        # runs when the stream ends: the peer closed or died
+        self._call.add_done_callback(self._ended)
 
     def post(self, msg: Message, request: GrpcRequest) -> None:
         with self._lock:
@@ -141,10 +92,12 @@ class PeerLink:
                 raise self._error
             self._seq += 1
             self._pending[self._seq] = request
-            self._outbox.put((msg, self._seq))  # under the lock: threads sending at once keep seq order
+            # under the lock: threads sending at once keep seq order
+            self._outbox.put((msg, self._seq))
 
     def _frames(self):
-        """The request stream: encode each message as gRPC asks for more (so gRPC's flow control holds senders back)."""
+        """The request stream: encode each message as gRPC asks for more
+        (so gRPC's flow control holds senders back)."""
         while (item := self._outbox.get()) is not None:
             msg, seq = item
             frames = encode_frames(msg, seq, self.comm.chunk_bytes)
@@ -198,21 +151,23 @@ class PeerLink:
 class GrpcCommunicator(Communicator):
     """A rank whose messages travel over gRPC between processes (or machines)."""
 
-    def __init__(self, rank: int, world_size: int, *, token: str, host: str = "127.0.0.1", port: int = 0,
-                 timeout: float = 30.0, max_message_bytes: int = MAX_MESSAGE_BYTES,
+    def __init__(self, rank: int, world_size: int, *, token: str, host: str = "127.0.0.1",
+                 port: int = 0, timeout: float = 30.0, max_message_bytes: int = MAX_MESSAGE_BYTES,
                  chunk_bytes: int = CHUNK_BYTES, tls: TLS | None = None):
         super().__init__(rank, world_size, timeout)
         if not token:
             raise ValueError("a gRPC rank needs the cluster's token: ranks refuse calls without it")
         self.tls = tls
-        self.rendezvous = None  # a callable(JoinRequest, context) -> JoinReply on the rank that hosts one
+        # a callable(JoinRequest, context) -> JoinReply on the rank that hosts one
+        self.rendezvous = None
         self.metadata = ((TOKEN_KEY, token), (RANK_KEY, str(rank)))
         self.max_message_bytes, self.chunk_bytes = max_message_bytes, chunk_bytes
         self.closing = False
         self._links: dict[int, PeerLink] = {}
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=world_size + 8,
-                                                              thread_name_prefix=f"rank{rank}-server"),
-                                   interceptors=[TokenInterceptor(token)], options=SERVER_OPTIONS)
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=world_size + 8,
+                                       thread_name_prefix=f"rank{rank}-server"),
+            interceptors=[TokenInterceptor(token)], options=SERVER_OPTIONS)
         self._server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(SERVICE, {
             "Exchange": grpc.stream_unary_rpc_method_handler(
                 self._serve_exchange, response_serializer=pb.ExchangeSummary.SerializeToString),
@@ -240,8 +195,9 @@ class GrpcCommunicator(Communicator):
     def _post(self, dst: int, msg: Message, chunk) -> Request:
         request = GrpcRequest(self, dst, msg.tag, msg.array.nbytes, msg.step, chunk)
         if msg.array.nbytes > self.max_message_bytes:
-            raise ValueError(f"rank {self.rank}: a {msg.array.nbytes}-byte message is over this cluster's "
-                             f"limit of {self.max_message_bytes} bytes; send it in pieces")
+            raise ValueError(f"rank {self.rank}: a {msg.array.nbytes}-byte message is over this "
+                             f"cluster's limit of {self.max_message_bytes} bytes; "
+                             f"send it in pieces")
         if dst == self.rank:  # to itself: straight into the mailbox
             msg.array = msg.array.copy()
             self._mailbox.deliver(msg)
@@ -256,7 +212,8 @@ class GrpcCommunicator(Communicator):
             link.fail(error, forever=False)
 
     def close(self, drain: float = 5.0) -> None:
-        """End every stream, wait up to `drain` seconds until peers have read what was sent, then stop serving."""
+        """End every stream, wait up to `drain` seconds until peers have read what was sent,
+        then stop serving."""
         self.closing = True
         deadline = time.monotonic() + drain
         for link in self._links.values():
@@ -272,39 +229,25 @@ class GrpcCommunicator(Communicator):
         return pb.PingReply(rank=self.rank, world_size=self.world_size)
 
     def _serve_join(self, request, context):
-        if self.rendezvous is None:  # set on rank 0 of an SPMD launch (allreduce_edu.launch)
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"rank {self.rank} runs no rendezvous")
+        # set on rank 0 of an SPMD launch (allreduce_edu.runtime.rendezvous)
+        if self.rendezvous is None:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"rank {self.rank} runs no rendezvous")
         return self.rendezvous(request, context)
 
     def _serve_exchange(self, frames, context):
         """Assemble frames into arrays and deliver each complete one to the mailbox, in order."""
-        src = self._peer_rank(context)
-        array = flat = header = None
-        received, last_seq = 0, 0
+        assembler = Assembler(self.rank, self.world_size, self._peer_rank(context),
+                              self.max_message_bytes)
         for frame in frames:
             try:
-                h, data = decode_frame(frame)
-                check_header(h, self.world_size, src, self.max_message_bytes)
-                if h.length != len(data):
-                    raise WireError(f"header says {h.length} bytes, frame carries {len(data)}")
-                if header is None:  # first chunk of a new message
-                    if h.seq != last_seq + 1 or h.offset != 0:
-                        raise WireError(f"expected message {last_seq + 1} from offset 0, got {h.seq} at {h.offset}")
-                    header, received = h, 0
-                    array = np.empty(tuple(h.shape), np.dtype(h.dtype))
-                    flat = array.reshape(-1).view(np.uint8)
-                elif (h.seq, h.offset, h.nbytes) != (header.seq, received, header.nbytes):
-                    raise WireError(f"chunk of message {h.seq} at {h.offset} does not continue "
-                                    f"message {header.seq} at {received}")
+                message = assembler.add(frame)
             except WireError as e:
-                log.warning("rank %d refused a frame from rank %d: %s", self.rank, src, e)
+                log.warning("rank %d refused a frame from rank %d: %s", self.rank, assembler.src, e)
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"rank {self.rank}: {e}")
-            flat[received:received + h.length] = np.frombuffer(data, np.uint8)
-            received += h.length
-            if received == header.nbytes:
-                self._mailbox.deliver(to_message(header, array))
-                last_seq, header = header.seq, None
-        return pb.ExchangeSummary(messages=last_seq)
+            if message is not None:
+                self._mailbox.deliver(message)
+        return pb.ExchangeSummary(messages=assembler.messages)
 
     def _peer_rank(self, context) -> int:
         value = dict(context.invocation_metadata()).get(RANK_KEY, "")

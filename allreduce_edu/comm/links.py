@@ -1,4 +1,5 @@
-"""Emulated network links: each message waits α + bytes·β for the link it crosses. Introduced in lessons/05.
+"""Emulated network links: each message waits α + bytes·β for the link it crosses.
+Introduced in lessons/05.
 
 On one laptop a message costs CPU time, not wire time, so the α-β trade-offs of a real cluster never
 show. `Cluster(links=Links.two_level(...))` makes them show: `Communicator.isend` calls
@@ -12,7 +13,8 @@ The model, as the α-β formulas assume it:
 - every rank has its own links, into its node and into the network between nodes (one NIC per GPU,
   as in rail-optimised clusters): the ranks of one node never share the slow link's bandwidth;
 - receives are not serialised: a rank takes in messages from several senders at once, so a root
-  gathering from N-1 ranks waits one link time here, not N-1 (costmodel's naive formula charges N-1);
+  gathering from N-1 ranks waits one link time here, not N-1
+  (costmodel's naive formula charges N-1);
 - the transport's own cost (copies, gRPC) comes on top: make emulated links much slower than it.
 """
 
@@ -22,14 +24,17 @@ import re
 import time
 from dataclasses import dataclass
 
-SPIN = 200e-6  # time.sleep overshoots by ~100 µs here: sleep until this close, then spin on perf_counter
+# time.sleep overshoots by ~100 µs here: sleep until this close, then spin on perf_counter
+SPIN = 200e-6
 
 _TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
-_RATE_UNITS = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}  # network rates are decimal: 1 GB/s = 1e9 B/s
+# network rates are decimal: 1 GB/s = 1e9 B/s
+_RATE_UNITS = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 
 
 def hold(seconds: float) -> None:
-    """Block for `seconds`, accurate to a few µs: sleep for most of it, spin on perf_counter for the rest."""
+    """Block for `seconds`, accurate to a few µs:
+    sleep for most of it, spin on perf_counter for the rest."""
     deadline = time.perf_counter() + seconds
     if seconds > SPIN:
         time.sleep(seconds - SPIN)
@@ -39,14 +44,16 @@ def hold(seconds: float) -> None:
 
 @dataclass(frozen=True)
 class Link:
-    """One kind of link: `alpha` seconds per message plus `beta` seconds per byte (1/beta = bandwidth)."""
+    """One kind of link: `alpha` seconds per message plus `beta` seconds per byte
+    (1/beta = bandwidth)."""
 
     alpha: float
     beta: float
 
     def __post_init__(self):
         if self.alpha < 0 or self.beta < 0:
-            raise ValueError(f"a link's alpha and beta must be >= 0, got alpha={self.alpha}, beta={self.beta}")
+            raise ValueError(f"a link's alpha and beta must be >= 0, "
+                             f"got alpha={self.alpha}, beta={self.beta}")
 
     def seconds(self, nbytes: int) -> float:
         """How long `nbytes` occupy this link: α + nbytes·β."""
@@ -54,12 +61,13 @@ class Link:
 
     @classmethod
     def parse(cls, text: str) -> Link:
-        """'50us,1GB/s' -> Link(50e-6, 1e-9); bandwidth in B/s or bit/s with k, M, G, T (decimal)."""
-        m = re.fullmatch(r"\s*([\d.e+-]+)\s*(s|ms|us|µs|ns)\s*,\s*([\d.e+-]+)\s*([kmgt]?)(b|bit|B)/s\s*",
-                         text, re.IGNORECASE)
+        """'50us,1GB/s' -> Link(50e-6, 1e-9);
+        bandwidth in B/s or bit/s with k, M, G, T (decimal)."""
+        m = re.fullmatch(r"\s*([\d.e+-]+)\s*(s|ms|us|µs|ns)\s*,"
+                         r"\s*([\d.e+-]+)\s*([kmgt]?)(b|bit|B)/s\s*", text, re.IGNORECASE)
         if not m:
-            raise ValueError(f"cannot read link {text!r}; write latency,bandwidth, e.g. '50us,1GB/s' or "
-                             f"'2ms,400Mbit/s'")
+            raise ValueError(f"cannot read link {text!r}; write latency,bandwidth, "
+                             f"e.g. '50us,1GB/s' or '2ms,400Mbit/s'")
         alpha = float(m[1]) * _TIME_UNITS[m[2].lower()]
         rate = float(m[3]) * _RATE_UNITS[m[4].lower()] / (1 if m[5] == "B" else 8)
         if rate <= 0:
@@ -81,8 +89,9 @@ def _as_link(value) -> Link:
 
 @dataclass(frozen=True)
 class Links:
-    """A two-level network: nodes of `ranks_per_node` consecutive ranks; `intra` links inside a node,
-    `inter` links between nodes. Rank r sits on node r // ranks_per_node (as torchrun numbers ranks)."""
+    """A two-level network: nodes of `ranks_per_node` consecutive ranks;
+    `intra` links inside a node, `inter` links between nodes.
+    Rank r sits on node r // ranks_per_node (as torchrun numbers ranks)."""
 
     ranks_per_node: int
     intra: Link
@@ -94,7 +103,8 @@ class Links:
 
     @classmethod
     def two_level(cls, ranks_per_node: int, intra=(0.0, 0.0), inter=(0.0, 0.0)) -> Links:
-        """Links.two_level(2, intra=(5e-6, 1e-10), inter="2ms,50MB/s"): (α s, β s/B) pairs, Links or text."""
+        """Links.two_level(2, intra=(5e-6, 1e-10), inter="2ms,50MB/s"):
+        (α s, β s/B) pairs, Links or text."""
         return cls(ranks_per_node, _as_link(intra), _as_link(inter))
 
     def node(self, rank: int) -> int:
@@ -111,13 +121,15 @@ class Links:
         return 0.0 if link is None else link.seconds(nbytes)
 
     def transmit(self, src: int, dst: int, nbytes: int) -> None:
-        """Hold the sender while `nbytes` cross the link from `src` to `dst` (called by Communicator.isend)."""
+        """Hold the sender while `nbytes` cross the link from `src` to `dst`
+        (called by Communicator.isend)."""
         seconds = self.seconds(src, dst, nbytes)
         if seconds > 0:
             hold(seconds)
 
     def __str__(self) -> str:
-        return f"{self.ranks_per_node} ranks per node, intra-node {self.intra}, inter-node {self.inter}"
+        return (f"{self.ranks_per_node} ranks per node, intra-node {self.intra}, "
+                f"inter-node {self.inter}")
 
 
 def parse_topology(text: str) -> tuple[int, int]:

@@ -10,14 +10,16 @@ class LocalWorld:
     """The mailboxes of `world_size` thread ranks in one process."""
 
     def __init__(self, world_size: int, timeout: float = 30.0):
-        self.comms = [LocalCommunicator(self, rank, world_size, timeout) for rank in range(world_size)]
+        self.comms = [LocalCommunicator(self, rank, world_size, timeout)
+                      for rank in range(world_size)]
 
     def mailbox(self, rank: int) -> Mailbox:
         return self.comms[rank]._mailbox
 
 
 class LocalCommunicator(Communicator):
-    """Same behaviour as the gRPC transport, without processes: for instant traces, animations and tests."""
+    """Same behaviour as the gRPC transport, without processes:
+    for instant traces, animations and tests."""
 
     def __init__(self, world: LocalWorld, rank: int, world_size: int, timeout: float = 30.0):
         super().__init__(rank, world_size, timeout)
@@ -25,6 +27,7 @@ class LocalCommunicator(Communicator):
 
     def _post(self, dst: int, msg: Message, chunk) -> Request:
         request = Request(self, dst, msg.tag, msg.array.nbytes, msg.step, chunk)
-        msg.array = msg.array.copy()  # what crosses a wire is a copy: the sender may reuse its buffer
+        # what crosses a wire is a copy: the sender may reuse its buffer
+        msg.array = msg.array.copy()
         self._world.mailbox(dst).deliver(msg)
         return request

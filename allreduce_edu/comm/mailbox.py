@@ -48,7 +48,8 @@ class Message:
 
 
 class Mailbox:
-    """Messages keyed by (src, epoch, collective_id, tag), FIFO within a key; every wait has a deadline."""
+    """Messages keyed by (src, epoch, collective_id, tag), FIFO within a key;
+    every wait has a deadline."""
 
     def __init__(self, rank: int, world_size: int):
         self.rank, self.world_size = rank, world_size
@@ -72,7 +73,8 @@ class Mailbox:
 
     def take(self, src: int, tag: str, epoch: int, collective_id: int,
              signature: Signature | None, deadline: float) -> Message:
-        """Wait for the next message from `src` with `tag` in this collective, or raise why it can't come."""
+        """Wait for the next message from `src` with `tag` in this collective,
+        or raise why it can't come."""
         key = (src, epoch, collective_id, tag)
         with self._cond:
             while True:
@@ -92,7 +94,8 @@ class Mailbox:
                 if remaining <= 0:
                     what = f"in {signature}" if signature else "(plain recv)"
                     raise CollectiveTimeout(
-                        f"rank {self.rank} waited past its deadline for {tag!r} from rank {src} {what}; "
+                        f"rank {self.rank} waited past its deadline for {tag!r} "
+                        f"from rank {src} {what}; "
                         f"is rank {src} stuck, or did it call something else?", ranks=(src,))
                 self._cond.wait(remaining)
 
@@ -126,7 +129,8 @@ class Mailbox:
                 del self._signatures[key]
 
     def discard_collectives_before(self, epoch: int, collective_id: int) -> None:
-        """Drop leftovers of collectives this rank has finished or abandoned (plain messages stay)."""
+        """Drop leftovers of collectives this rank has finished or abandoned
+        (plain messages stay)."""
         with self._cond:
             for key in [k for k in self._queues if k[1] == epoch and 0 < k[2] < collective_id]:
                 del self._queues[key]

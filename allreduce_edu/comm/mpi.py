@@ -1,4 +1,5 @@
-"""MPI as a transport: the package's algorithms over mpi4py's Isend/Irecv (extra `[mpi]`). Lesson 09.
+"""MPI as a transport: the package's algorithms over mpi4py's Isend/Irecv (extra `[mpi]`).
+Lesson 09.
 
     # mpirun -n 4 python script.py
     comm = MPICommunicator()                      # MPI.COMM_WORLD
@@ -15,22 +16,26 @@ import time
 
 import numpy as np
 
+from ..ops import MPI_OPS, check_op
 from .engine import EngineCommunicator
 
-SPIN_POLLS = 2000  # Test() calls before a waiting rank starts sleeping between polls (each call drives MPI's progress)
+# Test() calls before a waiting rank starts sleeping between polls (each call drives MPI's progress)
+SPIN_POLLS = 2000
 
 
 def _mpi():
     try:
         from mpi4py import MPI
     except ImportError as e:
-        raise RuntimeError(f"mpi4py is not installed ({e}); pip install 'allreduce-edu[mpi]' and an MPI library "
+        raise RuntimeError(f"mpi4py is not installed ({e}); "
+                           f"pip install 'allreduce-edu[mpi]' and an MPI library "
                            f"(e.g. apt-get install openmpi-bin libopenmpi-dev)") from None
     return MPI
 
 
 class MPICommunicator(EngineCommunicator):
-    """A rank of an MPI communicator (default MPI.COMM_WORLD) that runs our algorithms over point-to-point."""
+    """A rank of an MPI communicator (default MPI.COMM_WORLD)
+    that runs our algorithms over point-to-point."""
 
     engine = "mpi"
 
@@ -38,13 +43,16 @@ class MPICommunicator(EngineCommunicator):
         self.MPI = _mpi()
         self.mpi = mpi_comm if mpi_comm is not None else self.MPI.COMM_WORLD
         super().__init__(self.mpi.Get_rank(), self.mpi.Get_size(), timeout)
-        self.tag_limit = int(self.mpi.Get_attr(self.MPI.TAG_UB)) + 1  # the standard promises at least 32768
+        # the standard promises at least 32768
+        self.tag_limit = int(self.mpi.Get_attr(self.MPI.TAG_UB)) + 1
 
     def _isend(self, dst: int, tag: int, buffer: np.ndarray):
-        return self.mpi.Isend([buffer, self.MPI.BYTE if buffer.dtype == np.uint8 else self.MPI.INT64_T], dst, tag)
+        datatype = self.MPI.BYTE if buffer.dtype == np.uint8 else self.MPI.INT64_T
+        return self.mpi.Isend([buffer, datatype], dst, tag)
 
     def _irecv(self, src: int, tag: int, buffer: np.ndarray):
-        return self.mpi.Irecv([buffer, self.MPI.BYTE if buffer.dtype == np.uint8 else self.MPI.INT64_T], src, tag)
+        datatype = self.MPI.BYTE if buffer.dtype == np.uint8 else self.MPI.INT64_T
+        return self.mpi.Irecv([buffer, datatype], src, tag)
 
     def _wait(self, request, deadline: float) -> bool:
         polls = 0
@@ -58,21 +66,24 @@ class MPICommunicator(EngineCommunicator):
 
     def builtin_allreduce(self, x: np.ndarray, op: str = "sum") -> np.ndarray:
         """MPI's own Allreduce of `x` (a new array)."""
-        ops = {"sum": self.MPI.SUM, "prod": self.MPI.PROD, "max": self.MPI.MAX, "min": self.MPI.MIN}
         x = np.ascontiguousarray(x)
         out = np.empty_like(x)
-        self.mpi.Allreduce(x.reshape(-1), out.reshape(-1), op=ops[op])
+        self.mpi.Allreduce(x.reshape(-1), out.reshape(-1),
+                           op=getattr(self.MPI, MPI_OPS[check_op(op)]))
         return out
 
 
 def mpirun_command(world_size: int) -> list[str]:
-    """`mpirun -n N` for processes on this machine (as root too); RuntimeError without Open MPI or mpi4py."""
-    if importlib.util.find_spec("mpi4py") is None:  # not imported here: that would start MPI in this process
+    """`mpirun -n N` for processes on this machine (as root too);
+    RuntimeError without Open MPI or mpi4py."""
+    # not imported here: that would start MPI in this process
+    if importlib.util.find_spec("mpi4py") is None:
         raise RuntimeError("mpi4py is not installed; pip install 'allreduce-edu[mpi]'")
     mpirun = shutil.which("mpirun")
     if mpirun is None:
-        raise RuntimeError("mpirun is not on PATH; install an MPI library (e.g. apt-get install openmpi-bin)")
+        raise RuntimeError("mpirun is not on PATH; install an MPI library "
+                           "(e.g. apt-get install openmpi-bin)")
     root = ["--allow-run-as-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
     # ranks share the cores with other processes here: yield while waiting instead of spinning
-    return [mpirun, *root, "--oversubscribe", "--bind-to", "none", "--mca", "mpi_yield_when_idle", "1",
-            "-n", str(world_size)]
+    return [mpirun, *root, "--oversubscribe", "--bind-to", "none",
+            "--mca", "mpi_yield_when_idle", "1", "-n", str(world_size)]

@@ -1,7 +1,9 @@
-"""torch.distributed (gloo, CPU) as a transport: our algorithms over its isend/irecv (extra `[torch]`). Lesson 09.
+"""torch.distributed (gloo, CPU) as a transport: our algorithms over its isend/irecv
+(extra `[torch]`). Lesson 09.
 
-    # allreduce-edu launch -n 4 script.py   (or torchrun: both set RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
-    comm = TorchCommunicator()                    # joins the default process group, starting it if needed
+    # allreduce-edu launch -n 4 script.py
+    # (or torchrun: both set RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
+    comm = TorchCommunicator()                    # joins (or starts) the default process group
     y = allreduce_edu.allreduce(comm, x, algorithm="ring")
     assert np.allclose(y, comm.builtin_allreduce(x))   # gloo's own all_reduce is the oracle
 
@@ -16,6 +18,7 @@ import time
 
 import numpy as np
 
+from ..ops import TORCH_OPS, check_op
 from .engine import EngineCommunicator
 from .errors import RankFailure
 
@@ -23,11 +26,13 @@ from .errors import RankFailure
 def require_torch() -> None:
     """RuntimeError, with the fix, when PyTorch is not installed."""
     if importlib.util.find_spec("torch") is None:
-        raise RuntimeError("torch is not installed; pip install 'allreduce-edu[torch]' (the CPU build is enough)")
+        raise RuntimeError("torch is not installed; pip install 'allreduce-edu[torch]' "
+                           "(the CPU build is enough)")
 
 
 class TorchCommunicator(EngineCommunicator):
-    """A rank of torch.distributed's default (world) process group, running our algorithms over point-to-point."""
+    """A rank of torch.distributed's default (world) process group,
+    running our algorithms over point-to-point."""
 
     engine = "gloo"
 
@@ -38,7 +43,8 @@ class TorchCommunicator(EngineCommunicator):
 
         self.torch, self.dist = torch, dist
         self._owns_group = not dist.is_initialized()
-        if self._owns_group:  # from RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, as torchrun sets them
+        if self._owns_group:
+            # from RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, as torchrun sets them
             dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))
         self.engine = dist.get_backend()
         super().__init__(dist.get_rank(), dist.get_world_size(), timeout)
@@ -65,9 +71,8 @@ class TorchCommunicator(EngineCommunicator):
 
     def builtin_allreduce(self, x: np.ndarray, op: str = "sum") -> np.ndarray:
         """torch.distributed's own all_reduce of `x` (a new array)."""
-        ops = {"sum": "SUM", "prod": "PRODUCT", "max": "MAX", "min": "MIN"}
         tensor = self.torch.from_numpy(np.array(x, order="C"))  # a copy: all_reduce works in place
-        self.dist.all_reduce(tensor, op=getattr(self.dist.ReduceOp, ops[op]))
+        self.dist.all_reduce(tensor, op=getattr(self.dist.ReduceOp, TORCH_OPS[check_op(op)]))
         return tensor.numpy()
 
     def close(self) -> None:

@@ -11,10 +11,12 @@ from .._proto import rank_pb2 as pb
 from .base import WIRE_DTYPES
 from .mailbox import Message, Signature
 
-CHUNK_BYTES = 1 << 20  # 1 MiB data frames: well under gRPC's 4 MiB message limit, fastest measured here
+# 1 MiB data frames: well under gRPC's 4 MiB message limit, fastest measured here
+CHUNK_BYTES = 1 << 20
 MAX_MESSAGE_BYTES = 1 << 31  # the largest array a rank accepts (configurable per communicator)
 MAX_DIMS = 32  # as NumPy
-_HEADER_FIELD, _DATA_FIELD = 0x0A, 0x12  # protobuf keys of Frame.header (1, bytes) and Frame.data (2, bytes)
+# protobuf keys of Frame.header (1, bytes) and Frame.data (2, bytes)
+_HEADER_FIELD, _DATA_FIELD = 0x0A, 0x12
 
 
 class WireError(ValueError):
@@ -42,14 +44,16 @@ def _read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
 
 
 def encode_frames(msg: Message, seq: int, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
-    """Yield the frames of one message: each a valid `Frame`, its data field written without protobuf."""
+    """Yield the frames of one message:
+    each a valid `Frame`, its data field written without protobuf."""
     sig = msg.signature
-    header = pb.Header(src=msg.src, tag=msg.tag, seq=seq, epoch=msg.epoch, collective_id=msg.collective_id,
-                       step=msg.step, dtype=msg.array.dtype.name, shape=msg.array.shape,
-                       nbytes=msg.array.nbytes)
+    header = pb.Header(src=msg.src, tag=msg.tag, seq=seq, epoch=msg.epoch,
+                       collective_id=msg.collective_id, step=msg.step, dtype=msg.array.dtype.name,
+                       shape=msg.array.shape, nbytes=msg.array.nbytes)
     if sig is not None:
-        header.signature.CopyFrom(pb.Signature(collective=sig.collective, algorithm=sig.algorithm, op=sig.op,
-                                               dtype=sig.dtype, shape=sig.shape, root=sig.root))
+        header.signature.CopyFrom(pb.Signature(collective=sig.collective, algorithm=sig.algorithm,
+                                               op=sig.op, dtype=sig.dtype, shape=sig.shape,
+                                               root=sig.root))
     payload = memoryview(msg.array.reshape(-1)).cast("B")
     offset = 0
     while True:
@@ -64,7 +68,8 @@ def encode_frames(msg: Message, seq: int, chunk_bytes: int = CHUNK_BYTES) -> Ite
 
 
 def decode_frame(frame: bytes) -> tuple[pb.Header, memoryview]:
-    """Split a frame into its parsed Header and a zero-copy view of its data; raise WireError if malformed."""
+    """Split a frame into its parsed Header and a zero-copy view of its data;
+    raise WireError if malformed."""
     buf, pos = memoryview(frame), 0
     header, data = None, memoryview(b"")
     while pos < len(buf):
@@ -78,7 +83,7 @@ def decode_frame(frame: bytes) -> tuple[pb.Header, memoryview]:
             header = pb.Header()
             try:
                 header.ParseFromString(buf[pos:pos + size])
-            except Exception as e:  # protobuf's DecodeError and friends
+            except Exception as e:  # noqa: BLE001 - protobuf's DecodeError and friends
                 raise WireError(f"unparseable header: {e}") from None
         else:
             data = buf[pos:pos + size]
@@ -88,7 +93,8 @@ def decode_frame(frame: bytes) -> tuple[pb.Header, memoryview]:
     return header, data
 
 
-def check_header(h: pb.Header, world_size: int, src: int, max_bytes: int = MAX_MESSAGE_BYTES) -> None:
+def check_header(h: pb.Header, world_size: int, src: int,
+                 max_bytes: int = MAX_MESSAGE_BYTES) -> None:
     """Validate a header before anything is allocated for it; raise WireError naming the problem."""
     if h.src != src:
         raise WireError(f"header says src={h.src} on rank {src}'s stream")
@@ -101,7 +107,8 @@ def check_header(h: pb.Header, world_size: int, src: int, max_bytes: int = MAX_M
         raise WireError(f"nbytes={h.nbytes} for {h.dtype}{tuple(h.shape)} (expected {expected}, "
                         f"limit {max_bytes})")
     if h.offset + h.length > h.nbytes:
-        raise WireError(f"chunk [{h.offset}, {h.offset + h.length}) outside a {h.nbytes}-byte array")
+        raise WireError(f"chunk [{h.offset}, {h.offset + h.length}) outside a "
+                        f"{h.nbytes}-byte array")
     if h.signature.dtype and h.signature.dtype not in WIRE_DTYPES:
         raise WireError(f"signature dtype {h.signature.dtype!r} is not allowed")
     if not -1 <= h.signature.root < world_size or not -1 <= h.step < 1 << 20:
@@ -114,3 +121,41 @@ def to_message(h: pb.Header, array: np.ndarray) -> Message:
     signature = Signature(s.collective, s.algorithm, s.op, s.dtype, tuple(s.shape), s.root) \
         if h.HasField("signature") else None
     return Message(h.src, h.tag, array, h.epoch, h.collective_id, signature, h.step)
+
+
+class Assembler:
+    """Frames from one peer's stream, checked and put back together:
+    `add` returns each complete Message.
+
+    Messages arrive whole and in order (seq 1, 2, ...), each as chunks at increasing offsets;
+    anything else raises WireError before a byte of it is stored.
+    Every header is checked before allocation.
+    """
+
+    def __init__(self, rank: int, world_size: int, src: int, max_bytes: int = MAX_MESSAGE_BYTES):
+        self.rank, self.world_size, self.src, self.max_bytes = rank, world_size, src, max_bytes
+        self.messages = 0  # complete messages so far (the last seq)
+        self._header, self._flat, self._array, self._received = None, None, None, 0
+
+    def add(self, frame: bytes) -> Message | None:
+        h, data = decode_frame(frame)
+        check_header(h, self.world_size, self.src, self.max_bytes)
+        if h.length != len(data):
+            raise WireError(f"header says {h.length} bytes, frame carries {len(data)}")
+        if self._header is None:  # first chunk of a new message
+            if h.seq != self.messages + 1 or h.offset != 0:
+                raise WireError(f"expected message {self.messages + 1} from offset 0, "
+                                f"got {h.seq} at {h.offset}")
+            self._header, self._received = h, 0
+            self._array = np.empty(tuple(h.shape), np.dtype(h.dtype))
+            self._flat = self._array.reshape(-1).view(np.uint8)
+        elif (h.seq, h.offset, h.nbytes) != (self._header.seq, self._received, self._header.nbytes):
+            raise WireError(f"chunk of message {h.seq} at {h.offset} does not continue "
+                            f"message {self._header.seq} at {self._received}")
+        self._flat[self._received:self._received + h.length] = np.frombuffer(data, np.uint8)
+        self._received += h.length
+        if self._received < self._header.nbytes:
+            return None
+        message = to_message(self._header, self._array)
+        self.messages, self._header, self._flat, self._array = self._header.seq, None, None, None
+        return message

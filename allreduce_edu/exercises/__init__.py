@@ -9,10 +9,18 @@ One module per lesson: `from allreduce_edu.exercises.lesson03 import check_ring_
 """
 
 from .feedback import Feedback
-from .registry import EXERCISES, all_exercises, hint, learner_or_reference, progress, reference, solution
-from .lesson00 import check_max_allreduce, check_welcome_prediction  # noqa: I001 - after the registry
+from .lesson00 import check_max_allreduce, check_welcome_prediction
 from .lesson01 import check_echo, check_prediction, check_small_message_answer
+from .registry import (
+    EXERCISES,
+    all_exercises,
+    hint,
+    learner_or_reference,
+    progress,
+    reference,
+    solution,
+)
 
-__all__ = ["Feedback", "hint", "solution", "progress", "reference", "learner_or_reference", "EXERCISES",
-           "all_exercises", "check_welcome_prediction", "check_max_allreduce", "check_prediction", "check_echo",
-           "check_small_message_answer"]
+__all__ = ["Feedback", "hint", "solution", "progress", "reference", "learner_or_reference",
+           "EXERCISES", "all_exercises", "check_welcome_prediction", "check_max_allreduce",
+           "check_prediction", "check_echo", "check_small_message_answer"]

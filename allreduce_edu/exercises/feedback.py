@@ -9,7 +9,8 @@ SYMBOLS = {"passed": "✓", "failed": "✗", "not attempted": "○"}
 
 @dataclass(frozen=True)
 class Feedback:
-    """A checker's verdict; true only when the answer passed. Shows as `✓ ...`, `✗ ...` or `○ ...`."""
+    """A checker's verdict; true only when the answer passed. Shows as `✓ ...`, `✗ ...` or
+    `○ ...`."""
 
     passed: bool
     message: str
@@ -43,7 +44,8 @@ def not_attempted(message: str) -> Feedback:
 
 
 def multiple_choice(choice, hints: dict[str, str], right: str, success: str) -> Feedback:
-    """A multiple-choice answer: `right` passes with `success`; every other letter fails with its own hint."""
+    """A multiple-choice answer: `right` passes with `success`; every other letter fails with its
+    own hint."""
     choice = str(choice).strip().lower()
     if choice not in hints:
         letters = [repr(letter) for letter in sorted(hints)]

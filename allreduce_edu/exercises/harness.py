@@ -1,9 +1,10 @@
-"""The checkers' shared machinery: inputs that say where every number came from, a spying comm, verdicts.
+"""The checkers' shared machinery: inputs that say where every number came from, a spying comm,
+verdicts.
 
 Element i of rank r's input is i·2^27 + 8^r, so any sum of pieces of inputs tells which ranks it
-contains (the base-8 digits below 2^27) and which positions (the part above). A `Spy` communicator hands
-the learner's messages on and writes down what each one carried, so a checker can replay the traffic
-step by step. Lessons 02, 03, 07 and 09 build on these.
+contains (the base-8 digits below 2^27) and which positions (the part above). A `Spy` communicator
+hands the learner's messages on and writes down what each one carried, so a checker can replay the
+traffic step by step. Lessons 02, 03, 07 and 09 build on these.
 """
 
 from __future__ import annotations
@@ -14,15 +15,18 @@ import cloudpickle
 import numpy as np
 
 from ..comm.errors import CollectiveTimeout
-from ..worlds import ship
+from ..runtime import ship
 from .feedback import failed
 
-POSITION = float(1 << 27)  # element i carries i·POSITION (times the number of ranks added into it) ...
-DIGIT = 8  # ... plus 8^r for each rank r it contains: base-8 digits count every rank's contributions
+# element i carries i·POSITION (times the number of ranks added into it) ...
+POSITION = float(1 << 27)
+# ... plus 8^r for each rank r it contains: base-8 digits count every rank's contributions
+DIGIT = 8
 
 
 def encoded_input(rank: int, shape) -> np.ndarray:
-    """The checkers' input on `rank`: element i is i·2^27 + 8^rank (float64; sums stay exact up to ~10^6 elements)."""
+    """The checkers' input on `rank`: element i is i·2^27 + 8^rank (float64; sums stay exact up to
+    ~10^6 elements)."""
     count = int(np.prod(shape, dtype=np.int64))
     return (np.arange(count, dtype=np.float64) * POSITION + float(DIGIT ** rank)).reshape(shape)
 
@@ -33,10 +37,11 @@ def expected_sum(world_size: int, shape) -> np.ndarray:
 
 
 def decode(array, world_size: int) -> tuple[int | None, tuple[int, ...] | None]:
-    """(position of the first element, how many times each rank's data is in it) for a piece of encoded data.
+    """(position of the first element, how many times each rank's data is in it) for a piece of
+    encoded data.
 
-    (None, None) when the piece is not float64, is empty, or its elements disagree (pieces of different
-    positions were added together, or elements are out of order).
+    (None, None) when the piece is not float64, is empty, or its elements disagree (pieces of
+    different positions were added together, or elements are out of order).
     """
     a = np.asarray(array)
     if a.dtype != np.float64 or a.size == 0:
@@ -61,8 +66,9 @@ def decode(array, world_size: int) -> tuple[int | None, tuple[int, ...] | None]:
 
 
 class Spy:
-    """The comm your function gets: rank, world_size, send, recv, sendrecv (and isend where allowed), forwarded
-    to the real Communicator; every send is written down as (dst, nbytes, dtype, first position, ranks' counts)."""
+    """The comm your function gets: rank, world_size, send, recv, sendrecv (and isend where
+    allowed), forwarded to the real Communicator; every send is written down as (dst, nbytes,
+    dtype, first position, ranks' counts)."""
 
     def __init__(self, comm, allowed=("send", "recv", "sendrecv")):
         self._comm, self._allowed = comm, tuple(allowed)
@@ -78,9 +84,11 @@ class Spy:
             raise AttributeError(self._refusal(name))
 
     def _refusal(self, name: str) -> str:
-        return (f"comm.{name}, which is not available in this exercise: use only comm.rank, comm.world_size, "
+        return (f"comm.{name}, which is not available in this exercise: use only "
+                "comm.rank, comm.world_size, "
                 + ", ".join(f"comm.{a}" for a in self._allowed)
-                + ". (Calling one of the library's collectives? Write the algorithm yourself, from messages.)")
+                + ". (Calling one of the library's collectives? Write the algorithm yourself, from "
+                  "messages.)")
 
     def send(self, dst, array, tag, **kwargs):
         self._check("send")
@@ -108,7 +116,8 @@ class Spy:
 
 
 def describe_result(result, shape, world_size: int) -> dict:
-    """What a rank returned, for the checker: ok, or the first thing wrong with it (computed on the rank)."""
+    """What a rank returned, for the checker: ok, or the first thing wrong with it (computed on the
+    rank)."""
     if result is None:
         return {"kind": "none"}
     try:
@@ -126,13 +135,15 @@ def describe_result(result, shape, world_size: int) -> dict:
     for c, piece in enumerate(np.array_split(flat, world_size)):
         position, counts = decode(piece, world_size)
         if position != start or counts != (1,) * world_size:
-            return {"kind": "wrong", "chunk": c, "position": position, "counts": counts, "start": start}
+            return {"kind": "wrong", "chunk": c, "position": position, "counts": counts,
+                    "start": start}
         start += piece.size
     return {"kind": "wrong", "chunk": None, "position": None, "counts": None, "start": 0}
 
 
 def run_on_rank(comm, blob: bytes, shape, allowed) -> dict:
-    """Run the learner's function (shipped as `blob`) on this rank through a `Spy`; describe what happened."""
+    """Run the learner's function (shipped as `blob`) on this rank through a `Spy`; describe what
+    happened."""
     fn = cloudpickle.loads(blob)[0]
     x = encoded_input(comm.rank, shape)
     spy = Spy(comm, allowed)
@@ -142,9 +153,11 @@ def run_on_rank(comm, blob: bytes, shape, allowed) -> dict:
 
 
 def run_learner(cluster, fn, shape, allowed=("send", "recv", "sendrecv"), explain=None):
-    """Run `fn(comm, x)` on every rank of `cluster`: (per-rank reports, None) or (None, a failure explaining the error).
+    """Run `fn(comm, x)` on every rank of `cluster`: (per-rank reports, None) or (None, a failure
+    explaining the error).
 
-    explain(trace, error) -> hint or None: what the traffic recorded before the error says went wrong.
+    explain(trace, error) -> hint or None: what the traffic recorded before the error says went
+    wrong.
     """
     blob = ship(fn, (), {})  # by value, as cluster.run ships notebook functions
     try:
@@ -166,7 +179,8 @@ def explain_error(e: BaseException, shape, hint: str | None = None) -> str:
                 "Does every recv have a matching send with the same tag, from the rank it names?"))
     if isinstance(e, AttributeError) and "not available" in text:
         return f"on {rank}, your function asked for {text}"
-    message = f"with x of shape {tuple(shape)}, your function raised {type(e).__name__} on {rank}: {text}"
+    message = (f"with x of shape {tuple(shape)}, your function raised {type(e).__name__} on "
+               f"{rank}: {text}")
     return message + (f" — {hint}" if hint else "")
 
 
@@ -185,15 +199,16 @@ def result_problem(rank: int, description: dict, world_size: int, shape) -> str 
     if kind == "type":
         return f"rank {rank} returned a {description['type']}: return a NumPy array."
     if kind == "shape":
-        return (f"rank {rank} returned shape {description['shape']}, but x has shape {tuple(shape)}: "
-                f"reshape the result to x.shape.")
+        return (f"rank {rank} returned shape {description['shape']}, but x has shape "
+                f"{tuple(shape)}: reshape the result to x.shape.")
     if kind == "dtype":
-        return f"rank {rank} returned dtype {description['dtype']}, but x is float64: keep x's dtype."
+        return (f"rank {rank} returned dtype {description['dtype']}, but x is float64: "
+                f"keep x's dtype.")
     counts, chunk = description["counts"], description["chunk"]
     if counts is None or description["position"] != description["start"]:
         where = "" if chunk is None else f" in chunk {chunk}"
-        return (f"rank {rank}'s result has numbers in the wrong place{where}: put each received piece back "
-                f"where it came from, and join the pieces in order.")
+        return (f"rank {rank}'s result has numbers in the wrong place{where}: put each received "
+                f"piece back where it came from, and join the pieces in order.")
     return None if counts == (1,) * world_size else (
         f"rank {rank}'s result{'' if chunk is None else f' (chunk {chunk})'} holds the data of "
         f"{ranks_text(counts)}, but should hold every rank's exactly once.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cluster import Cluster
+from ..runtime import Cluster
 from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - the notebook's
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cluster import Cluster
 from ..comm.errors import CollectiveTimeout
+from ..runtime import Cluster
 from .feedback import Feedback, failed, multiple_choice, passed
 from .harness import ranks_text, result_problem, run_learner
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - the notebook's

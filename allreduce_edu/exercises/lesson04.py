@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cluster import Cluster
 from ..collectives import allreduce
+from ..runtime import Cluster
 from .feedback import Feedback, failed, multiple_choice, passed
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cluster import Cluster
+from ..runtime import Cluster
 from ..training import (
     MLP,
     allreduce_gradients,
@@ -38,7 +38,7 @@ def _train_with(comm, fn, params, X, y, steps, lr, batch):
         if step == 0:
             first = (grads, averaged)
         if not isinstance(averaged, (list, tuple)) or len(averaged) != len(params) or any(
-                np.shape(a) != p.shape for a, p in zip(averaged, params)):
+                np.shape(a) != p.shape for a, p in zip(averaged, params, strict=True)):
             return first, None  # the checker explains what is wrong with it
         params = sgd_step(params, [np.asarray(a, float) for a in averaged], lr)
     return first, params
@@ -111,7 +111,7 @@ def check_average_gradients(fn) -> Feedback:
     _, reference = train_single(params, X, y, steps=_STEPS, lr=_LR, batch=_BATCH)
     for rank, (_, final) in enumerate(results):
         if final is None or any(not np.allclose(a, b, rtol=1e-9, atol=1e-12)
-                                for a, b in zip(final, reference)):
+                                for a, b in zip(final, reference, strict=True)):
             return failed(f"step 0 was right, but after {_STEPS} steps rank {rank}'s weights "
                           f"differ from single-process training: does your function keep state "
                           f"between calls?")
@@ -131,7 +131,7 @@ def _step0_problem(rank: int, mine, averaged, full, n: int) -> str | None:
     if len(averaged) != len(full):
         return (f"rank {rank} returned {len(averaged)} arrays for {len(full)} gradients: average "
                 f"each gradient and return them all, in order.")
-    for k, (got, want, own) in enumerate(zip(averaged, full, mine)):
+    for k, (got, want, own) in enumerate(zip(averaged, full, mine, strict=True)):
         try:
             got = np.asarray(got, float)
         except (TypeError, ValueError):

@@ -8,20 +8,13 @@ not installed it says so and runs the same checks on gRPC ranks against NumPy.
 
 from __future__ import annotations
 
-import re
-
-import cloudpickle
-import numpy as np
-
-from ..cluster import Cluster
-from ..collectives.hierarchical import predict as predict_two_level
 from ..comm.links import Links
-from ..costmodel import predict
-from ..engines import missing, run_on_engine
-from ..worlds import ship
+from ..costmodel import predict, predict_on_links
+from ..runtime import Cluster, missing, run_on_engine, ship
+from .engine_check import RingFailed, explain_failure, first_problem, ring_on_rank, with_prefix
 from .feedback import Feedback, failed, multiple_choice, passed
-from .harness import Spy, describe_result, encoded_input, result_problem
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
+from .torch_names import TORCH_NAMES, names_cell, torch_name
 
 FIXED_SOLUTION = """def fixed_ring(comm, x):
     n, rank = comm.world_size, comm.rank
@@ -35,82 +28,12 @@ FIXED_SOLUTION = """def fixed_ring(comm, x):
         chunks[into] = comm.sendrecv(right, chunks[out], left, tag="ag")
     return np.concatenate(chunks).reshape(x.shape)"""
 
-TORCH_NAMES = {  # ours -> torch.distributed's (the first is the one to write; the others pass too)
-    "rank": ("get_rank",),
-    "world_size": ("get_world_size",),
-    "send": ("send",),
-    "recv": ("recv",),
-    "isend": ("isend",),
-    "sendrecv": ("batch_isend_irecv",),
-    "allreduce": ("all_reduce",),
-    "reduce_scatter": ("reduce_scatter_tensor", "reduce_scatter"),
-    "all_gather": ("all_gather_into_tensor", "all_gather"),
-    "broadcast": ("broadcast",),
-    "barrier": ("barrier",),
-    "init": ("init_process_group",),
-    'op="sum"': ("ReduceOp.SUM",),
-}
-
-
-def _quoted(text: str) -> str:
-    return f"'{text}'" if '"' in text else f'"{text}"'
-
-
-def _names_cell(value) -> str:
-    """Exercise 09.2's dict as the notebook writes it: value(theirs) for each of our names (the key
-    writes `dist.` before each: a value that repeated our name would read as the scaffold's key)."""
-    return "my_names = {\n" + "".join(f"    {_quoted(ours)}: {_quoted(value(theirs))},\n"
-                                      for ours, theirs in TORCH_NAMES.items()) + "}"
-
-
-NAMES_SCAFFOLD = _names_cell(lambda theirs: "?")  # what the lesson ships
+NAMES_SCAFFOLD = names_cell(lambda theirs: "?")  # what the lesson ships
 
 SCENARIO = {"nodes": 2, "ranks_per_node": 4, "nbytes": 256 << 20,
             "intra": (5e-6, 1 / 200e9), "inter": (20e-6, 1 / 25e9)}  # NVLink-like, InfiniBand
 
 BUILTIN = {"gloo": "torch.distributed.all_reduce", "mpi": "MPI_Allreduce"}
-
-
-class RingFailed(Exception):
-    """Your ring raised on a rank: (size, exception type, first line of its message, comm methods
-    it used)."""
-
-
-class _Watch(Spy):
-    """The comm your ring gets: send, recv, sendrecv, isend (noting which ones you use), nothing
-    else."""
-
-    def __init__(self, comm):
-        super().__init__(comm, ("send", "recv", "sendrecv", "isend"))
-        self.used: set[str] = set()
-
-    def _check(self, name: str) -> None:
-        super()._check(name)
-        self.used.add(name)
-
-    def _note(self, dst, array) -> None:
-        pass  # nothing to replay here: the engine's all-reduce is the oracle
-
-
-def _ring_on_rank(comm, blob: bytes, sizes) -> list[dict]:
-    """On each rank: your ring on encoded inputs of each size, its result against the engine's own
-    all-reduce."""
-    fn, n, rows = cloudpickle.loads(blob)[0], comm.world_size, []
-    watch = _Watch(comm)
-    for size in sizes:
-        x = encoded_input(comm.rank, (size,))
-        try:
-            y = fn(watch, x)
-        except Exception as e:
-            first_line = str(e).split("\n")[0]
-            raise RingFailed(size, type(e).__name__, first_line, sorted(watch.used)) from e
-        builtin = getattr(comm, "builtin_allreduce", None)  # gRPC ranks: NumPy's sum is the oracle
-        oracle = builtin(encoded_input(comm.rank, (size,))) if builtin else None
-        agrees = np.array_equal(np.asarray(y), oracle) if builtin else None
-        rows.append({"size": size, "result": describe_result(y, (size,), n), "agrees": agrees,
-                     "modified": not np.array_equal(x, encoded_input(comm.rank, (size,))),
-                     "used": sorted(watch.used)})
-    return rows
 
 
 @exercise(
@@ -149,19 +72,19 @@ def check_ring_on_engine(fn, engine: str = "gloo", world_sizes=(3, 5), sizes=(10
         try:
             if why:
                 with Cluster(n, timeout=comm_timeout) as cluster:
-                    per_rank = cluster.run(_ring_on_rank, blob, list(sizes))
+                    per_rank = cluster.run(ring_on_rank, blob, list(sizes))
             else:
-                per_rank = run_on_engine(_ring_on_rank, engine, n, blob, list(sizes),
+                per_rank = run_on_engine(ring_on_rank, engine, n, blob, list(sizes),
                                          timeout=timeout, comm_timeout=comm_timeout)
         except RingFailed as e:
-            return failed(_join(prefix, _explain(e, engine, f"{n} {ranks}")))
+            return failed(with_prefix(prefix, explain_failure(e, engine, f"{n} {ranks}")))
         except Exception as e:  # noqa: BLE001 - the engine itself failed: say so, don't crash
-            return failed(_join(prefix, f"with {n} {ranks} the run failed: {type(e).__name__}: "
-                                        f"{str(e)[:500]}"))
+            return failed(with_prefix(prefix, f"with {n} {ranks} the run failed: "
+                                              f"{type(e).__name__}: {str(e)[:500]}"))
         oracle = engine if not why else "NumPy's sum"
-        problem = _first_problem(per_rank, f"{n} {ranks}", sizes, oracle)
+        problem = first_problem(per_rank, f"{n} {ranks}", sizes, oracle)
         if problem:
-            return failed(_join(prefix, problem))
+            return failed(with_prefix(prefix, problem))
         used |= {m for rows in per_rank for row in rows for m in row["used"]}
     counts = " and ".join(map(str, world_sizes))
     elements = " and ".join(f"{s:,}" for s in sizes)
@@ -177,69 +100,6 @@ def check_ring_on_engine(fn, engine: str = "gloo", world_sizes=(3, 5), sizes=(10
                   f"unchanged: one function, any engine.")
 
 
-def _join(prefix: str, message: str) -> str:
-    return prefix + (message[:1].upper() + message[1:] if prefix else message)
-
-
-def _explain(e: RingFailed, engine: str, ranks: str) -> str:
-    """One sentence on how your ring failed, with a hint."""
-    size, kind, text, used = e.args
-    n = int(ranks.split()[0])
-    found = re.search(r"raised on rank (\d+)", " ".join(getattr(e, "__notes__", [])))
-    where = f"with {ranks} and x of {size:,} elements, rank {found[1] if found else '?'}"
-    if kind == "CollectiveTimeout":
-        if "send" in used and "sendrecv" not in used and "gRPC" not in ranks:  # gRPC sends: eager
-            return (f"{where} waited forever: {text}. On {engine}, comm.send returns only once the "
-                    f"receiver has taken the message (gloo always; MPI above its eager limit of a "
-                    f"few KiB). When every rank sends before it receives, all of them wait. Use "
-                    f"comm.sendrecv(right, chunk, left, tag), which sends and receives at once.")
-        return (f"{where} waited forever: {text}. Every recv needs a matching send with the same "
-                f"tag from the rank it names: a ring sends to (rank + 1) % N and receives from "
-                f"(rank − 1) % N.")
-    if "cannot reshape" in text:
-        return (f"{where} raised {kind}: {text}. x.reshape(N, -1) needs the size to divide by N, "
-                f"and {size:,} elements do not divide by {n}. Cut x with "
-                f"np.array_split(x.reshape(-1).copy(), N): N chunks that differ by at most one "
-                f"element.")
-    if "broadcast" in text:
-        return (f"{where} raised {kind}: {text}. The chunk you received and the one you add it to "
-                f"differ in length: with uneven chunks, add into the chunk with the same index, "
-                f"(rank − step − 2) % N.")
-    if kind == "AttributeError" and "not available" in text:
-        return f"{where} asked for {text}"
-    if "index" in text and "out of" in text:
-        return (f"{where} raised {kind}: {text}. A chunk index must stay between 0 and N − 1: "
-                f"take it % N, as in (rank − step − 1) % N.")
-    return (f"{where} raised {kind}: {text}. Run it yourself to see the traceback: "
-            f"Cluster(3, transport=\"local\").run(fixed_ring, np.arange(10.0)).")
-
-
-def _first_problem(per_rank, ranks: str, sizes, oracle: str) -> str | None:
-    """The first wrong result or changed input, rank by rank, size by size; None if all is right."""
-    n = len(per_rank)
-    for j, size in enumerate(sizes):
-        where = f"with {ranks} and x of {size:,} elements, "
-        for r in range(n):
-            row = per_rank[r][j]
-            if row["result"]["kind"] != "ok" or row["agrees"] is False:
-                problem = result_problem(r, row["result"], n, (size,))
-                return where + (problem or f"rank {r}'s result differs from {oracle}'s.")
-        for r in range(n):
-            if per_rank[r][j]["modified"]:
-                return where + (f"rank {r}'s input x changed during your all-reduce: reshape and "
-                                f"np.array_split return views of x, so += on a chunk writes into "
-                                f"x. Split a copy: np.array_split(x.reshape(-1).copy(), N).")
-    return None
-
-
-def _name(text) -> str:
-    """'torch.distributed.all_reduce()' -> 'all_reduce'."""
-    text = str(text).strip().removesuffix("()")
-    for prefix in ("torch.distributed.", "dist."):
-        text = text.removeprefix(prefix)
-    return text
-
-
 @exercise(
     "09.2", "our names in torch.distributed", kind="names",
     hints=("Every answer is in the torch.distributed column of the table above; a \"dist.\" "
@@ -250,7 +110,7 @@ def _name(text) -> str:
     solution="{\n" + "".join(f"    {k!r}: {v[0]!r},\n" for k, v in TORCH_NAMES.items()) + "}",
     key="""from allreduce_edu.exercises.lesson09 import check_torch_names, hint, solution
 
-""" + _names_cell(lambda theirs: f"dist.{theirs[0]}") + """
+""" + names_cell(lambda theirs: f"dist.{theirs[0]}") + """
 check_torch_names(my_names)""")
 def check_torch_names(answer: dict) -> Feedback:
     """Exercise 09.2: for each of our names, torch.distributed's."""
@@ -276,7 +136,7 @@ def check_torch_names(answer: dict) -> Feedback:
     for ours, theirs in TORCH_NAMES.items():
         if ours not in answer:
             return failed(f"your dict has no entry for {ours!r}; fill in every key of the table.")
-        got = _name(answer[ours])
+        got = torch_name(answer[ours])
         if got in ("", "?"):
             todo.append(ours)
         elif got not in theirs:
@@ -295,7 +155,7 @@ def scenario_seconds(algorithm: str) -> float:
     """The α-β model's time for Exercise 09.3's cluster (2 nodes of 4 ranks, 256 MiB)."""
     s = SCENARIO
     links = Links.two_level(s["ranks_per_node"], s["intra"], s["inter"])
-    return predict_two_level(s["nodes"] * s["ranks_per_node"], s["nbytes"], links, algorithm)
+    return predict_on_links(algorithm, s["nodes"] * s["ranks_per_node"], s["nbytes"], links)
 
 
 @exercise(
@@ -314,8 +174,8 @@ ring: every step has a hop between nodes, so every step waits for the inter-node
 hierarchical: a ring of L in the node on S, then a ring of M across nodes on S/L:
     2(L-1)·α_intra + 2(L-1)/L·S·β_intra + 2(M-1)·α_inter + 2(M-1)/M·(S/L)·β_inter
     = 6·5 µs + 1.5·S/200 GB/s + 2·20 µs + (S/4)/25 GB/s ≈ 2.0 ms + 2.7 ms ≈ 4.8 ms   (4× faster)
-    predict_two_level(8, S, Links.two_level(4, intra, inter), "ring" / "hierarchical") computes
-    both.""",
+    predict_on_links("ring" / "hierarchical", 8, S, Links.two_level(4, intra, inter))
+    computes both.""",
     key="""
 from allreduce_edu.exercises.lesson09 import check_hierarchical_prediction, hint, solution
 

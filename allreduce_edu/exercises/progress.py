@@ -1,7 +1,8 @@
 """Your progress through the course: a small JSON file the checkers update, shown by `progress()`.
 
-The file lives in your user data directory (`allreduce-edu/progress.json` there), or in the folder the
-environment variable ALLREDUCE_EDU_DATA_DIR names (the tests and CI point it at a temporary folder).
+The file lives in your user data directory (`allreduce-edu/progress.json` there), or in the folder
+the environment variable ALLREDUCE_EDU_DATA_DIR names (the tests and CI point it at a temporary
+folder).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ STATUSES = ("not started", "attempted", "passed")  # a status only ever moves ri
 
 
 def data_dir() -> Path:
-    """Where allreduce-edu keeps your data: $ALLREDUCE_EDU_DATA_DIR, else your user data directory."""
+    """Where allreduce-edu keeps your data: $ALLREDUCE_EDU_DATA_DIR, else your user data
+    directory."""
     if os.environ.get(ENV):
         return Path(os.environ[ENV])
     import platformdirs
@@ -30,7 +32,8 @@ def progress_file() -> Path:
 
 
 def load() -> dict[str, dict]:
-    """{exercise id: {"status": ..., "attempts": n, "when": unix time}}; empty when nothing is recorded."""
+    """{exercise id: {"status": ..., "attempts": n, "when": unix time}}; empty when nothing is
+    recorded."""
     try:
         data = json.loads(progress_file().read_text())
     except (OSError, ValueError):
@@ -44,7 +47,8 @@ def record(exercise: str, status: str) -> None:
     entry = data.get(exercise, {})
     old = entry.get("status", "not started")
     best = max(old, status, key=lambda s: STATUSES.index(s) if s in STATUSES else 0)
-    data[exercise] = {"status": best, "attempts": int(entry.get("attempts", 0)) + 1, "when": round(time.time())}
+    data[exercise] = {"status": best, "attempts": int(entry.get("attempts", 0)) + 1,
+                      "when": round(time.time())}
     path = progress_file()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,8 @@
-"""Every exercise of the course, registered once beside its checker: hints, solution, the instructor's key.
+"""Every exercise of the course, registered once beside its checker: hints, solution, the
+instructor's key.
 
-    @exercise("03.2", "predict the ring's bytes", kind="number", hints=(...), solution="...", key="...")
+    @exercise("03.2", "predict the ring's bytes", kind="number", hints=(...), solution="...",
+              key="...")
     def check_ring_bytes(answer, world_size=8, nbytes=1 << 20) -> Feedback: ...
 
 The decorated checker answers "not attempted yet" while the answer is still the scaffold's (`None`,
@@ -23,12 +25,14 @@ import numpy as np
 from . import progress as _progress
 from .feedback import Feedback, failed, not_attempted
 
-KINDS = ("code", "number", "choice", "names")  # write a function, predict a number, pick a letter, fill in names
+# write a function, predict a number, pick a letter, fill in names
+KINDS = ("code", "number", "choice", "names")
 
 
 @dataclass
 class Exercise:
-    """One exercise: what the learner fills in, the hints in order, the solution and the solved cell."""
+    """One exercise: what the learner fills in, the hints in order, the solution and the solved
+    cell."""
 
     id: str  # "03.1": lesson 03, exercise 1
     title: str
@@ -52,11 +56,11 @@ EXERCISES: dict[str, Exercise] = {}
 _hints_given: dict[str, int] = {}
 
 
-def exercise(id: str, title: str, *, kind: str, hints=(), solution: str, key: str, explanation: str = "",
-             function: str = "", needs: dict | None = None, answers: tuple[str, ...] | None = None,
-             todo: str = ""):
-    """Register the decorated checker as exercise `id`; `answers` names its parameters that hold the answer
-    (default: the first one)."""
+def exercise(id: str, title: str, *, kind: str, hints=(), solution: str, key: str,
+             explanation: str = "", function: str = "", needs: dict | None = None,
+             answers: tuple[str, ...] | None = None, todo: str = ""):
+    """Register the decorated checker as exercise `id`; `answers` names its parameters that hold the
+    answer (default: the first one)."""
     if kind not in KINDS:
         raise ValueError(f"exercise {id}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
     if kind == "code" and not function:
@@ -65,8 +69,9 @@ def exercise(id: str, title: str, *, kind: str, hints=(), solution: str, key: st
     def register(check):
         signature = inspect.signature(check)
         names = answers or (next(iter(signature.parameters)),)
-        ex = Exercise(id, title, kind, tuple(hints), solution.strip("\n"), key.strip("\n"), explanation.strip(),
-                      function, dict(needs or {}), todo or _default_todo(kind, function, names))
+        ex = Exercise(id, title, kind, tuple(hints), solution.strip("\n"), key.strip("\n"),
+                      explanation.strip(), function, dict(needs or {}),
+                      todo or _default_todo(kind, function, names))
 
         @functools.wraps(check)
         def checked(*args, **kwargs) -> Feedback:
@@ -76,9 +81,9 @@ def exercise(id: str, title: str, *, kind: str, hints=(), solution: str, key: st
                 return not_attempted(f"{ex.todo} Stuck? hint(\"{id}\") gives a first hint.")
             try:
                 feedback = check(*args, **kwargs)
-            except Exception as e:  # noqa: BLE001 - a strange answer must get feedback, not a traceback
-                feedback = failed(f"the checker could not use your answer ({type(e).__name__}: {e}); "
-                                  f"look at what the exercise asks for and its type.")
+            except Exception as e:  # noqa: BLE001 - a strange answer gets feedback, not a traceback
+                feedback = failed(f"the checker could not use your answer ({type(e).__name__}: "
+                                  f"{e}); look at what the exercise asks for and its type.")
             ex.last = (values[0], feedback)
             _progress.record(id, "passed" if feedback.passed else "attempted")
             return feedback
@@ -105,17 +110,20 @@ def _stub():
 
 
 def _instructions(code: types.CodeType) -> list[tuple]:
-    return [(i.opname, i.argval) for i in dis.get_instructions(code) if i.opname not in ("RESUME", "NOP", "CACHE")]
+    return [(i.opname, i.argval) for i in dis.get_instructions(code)
+            if i.opname not in ("RESUME", "NOP", "CACHE")]
 
 
 def is_stub(fn) -> bool:
-    """True for a function whose body does nothing (`...`, `pass`, a docstring): the scaffold as shipped."""
+    """True for a function whose body does nothing (`...`, `pass`, a docstring): the scaffold as
+    shipped."""
     code = getattr(fn, "__code__", None)
     return isinstance(code, types.CodeType) and _instructions(code) == _instructions(_stub.__code__)
 
 
 def unanswered(value) -> bool:
-    """Whether `value` is still what a scaffold ships: None, "?", an empty body, or a dict/list of those."""
+    """Whether `value` is still what a scaffold ships: None, "?", an empty body, or a dict/list of
+    those."""
     if value is None:
         return True
     if isinstance(value, str):
@@ -127,7 +135,7 @@ def unanswered(value) -> bool:
     return callable(value) and is_stub(value)
 
 
-# --- what the learner calls -------------------------------------------------------------------------
+# --- what the learner calls ------------------------------------------------------------------
 def get(exercise_id: str) -> Exercise:
     """The exercise `exercise_id` ("03.1"), loading its lesson's checkers if needed."""
     exercise_id = str(exercise_id).strip()
@@ -162,20 +170,23 @@ def solution(exercise_id: str) -> None:
 
 
 def reference(exercise_id: str):
-    """The solution's function of a code exercise, ready to run (on ranks too: it ships by value)."""
+    """The solution's function of a code exercise, ready to run (on ranks too: it ships by
+    value)."""
     ex = get(exercise_id)
     if ex.kind != "code":
         raise ValueError(f"exercise {ex.id} asks for {ex.kind}, not a function")
     import allreduce_edu
 
-    namespace = {"__name__": f"solution_{ex.id.replace('.', '_')}", "np": np, "allreduce_edu": allreduce_edu,
-                 **ex.needs}
-    exec(compile(ex.solution, f"<solution {ex.id}>", "exec"), namespace)  # noqa: S102 - our own solution text
+    namespace = {"__name__": f"solution_{ex.id.replace('.', '_')}", "np": np,
+                 "allreduce_edu": allreduce_edu, **ex.needs}
+    exec(compile(ex.solution, f"<solution {ex.id}>", "exec"),  # noqa: S102 - our own solution text
+         namespace)
     return namespace[ex.function]
 
 
 def learner_or_reference(exercise_id: str, fn):
-    """`fn` if it passed its exercise's checker, else the reference solution; says which one runs."""
+    """`fn` if it passed its exercise's checker, else the reference solution; says which one
+    runs."""
     ex = get(exercise_id)
     if ex.last is not None and ex.last[0] is fn:
         feedback = ex.last[1]
@@ -202,7 +213,8 @@ def all_exercises() -> dict[str, Exercise]:
 
 
 class Progress:
-    """A table of the course's exercises: passed, attempted or not started (from your progress file)."""
+    """A table of the course's exercises: passed, attempted or not started (from your progress
+    file)."""
 
     def __init__(self, exercises: dict[str, Exercise], records: dict[str, dict]):
         self.rows = [(ex, records.get(ex.id, {})) for ex in exercises.values()]
@@ -229,7 +241,8 @@ class Progress:
 
 
 def progress(reset: bool = False) -> Progress:
-    """Your progress through the course's exercises; `progress(reset=True)` forgets it and starts over."""
+    """Your progress through the course's exercises; `progress(reset=True)` forgets it and starts
+    over."""
     if reset:
         _progress.reset()
         _hints_given.clear()

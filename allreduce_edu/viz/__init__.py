@@ -1,7 +1,10 @@
-"""Pictures of collectives: animation widgets over replayed traces, timelines and benchmark plots. Lessons 02-05.
+"""Pictures of collectives: animation widgets over replayed traces, timelines and benchmark plots.
+Lessons 02-05.
 
-    animate(cluster_or_trace)             # RingAnimation, TreeAnimation or NaiveAnimation, by the collective's name
-    RingAnimation.from_cluster(cluster)   # the last cluster.run, step by step; .to_html(), .to_gif(path)
+    animate(cluster_or_trace)             # RingAnimation, TreeAnimation or NaiveAnimation,
+                                          # by the collective's name
+    RingAnimation.from_cluster(cluster)   # the last cluster.run, step by step;
+                                          # .to_html(), .to_gif(path)
     plot_timeline(trace)                  # per-rank Gantt chart of a real run
     plot_bandwidth(rows)                  # busbw vs size, rows from allreduce_edu.bench.run
     plot_cost_model(rows, alpha, beta)    # measured time vs the α-β prediction

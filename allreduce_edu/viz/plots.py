@@ -1,6 +1,8 @@
-"""Plots of real runs: a per-rank timeline, bus bandwidth vs size, and measurement vs the α-β model. Lessons 03, 05.
+"""Plots of real runs: a per-rank timeline, bus bandwidth vs size, and measurement vs the α-β model.
+Lessons 03, 05.
 
-Each returns a Figure that shows itself as exactly one PNG when it ends a notebook cell, with or without pyplot.
+Each returns a Figure that shows itself as exactly one PNG when it ends a notebook cell, with or
+without pyplot.
 """
 
 from __future__ import annotations
@@ -14,18 +16,25 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
+from ..collectives.registry import describe
 from ..costmodel import predict
 from ..trace import format_bytes
 from .frame import OTHER_COLOUR, PHASE_COLOURS
 
 # Okabe-Ito, one colour per algorithm, the same in every plot
-ALGORITHM_COLOURS = {"naive": "#E69F00", "all_to_all": "#CC79A7", "ring": "#0072B2", "tree": "#009E73",
-                     "recursive_doubling": "#D55E00", "rabenseifner": "#56B4E9"}
 PHASE_NAMES = {"reduce_scatter": "reduce-scatter", "all_gather": "all-gather"}
 
 
+def _colour(algorithm: str) -> str | None:
+    """The algorithm's colour from its description (Okabe-Ito, the same in every plot); None:
+    matplotlib's."""
+    described = describe(algorithm)
+    return described.colour if described else None
+
+
 class Figure(matplotlib.figure.Figure):
-    """A matplotlib Figure that Jupyter shows as one PNG even when pyplot's inline backend is not active."""
+    """A matplotlib Figure that Jupyter shows as one PNG even when pyplot's inline backend is not
+    active."""
 
     def _repr_png_(self) -> bytes:
         buffer = BytesIO()
@@ -43,15 +52,18 @@ def _axes(ax, figsize):
 
 
 def plot_timeline(trace, ax=None):
-    """Per-rank Gantt chart of a run: sends above each rank's line (coloured by phase), recvs below, in ms.
+    """Per-rank Gantt chart of a run: sends above each rank's line (coloured by phase), recvs below,
+    in ms.
 
-    A recv bar is light while the rank waits for the message and dark while it takes it in; white is idle.
+    A recv bar is light while the rank waits for the message and dark while it takes it in; white is
+    idle.
     """
     starts = [e.t_start for e in trace.events] + [r.t_start for r in trace.receives]
-    ranks = sorted({e.src for e in trace.events} | {e.dst for e in trace.events} | {r.dst for r in trace.receives})
+    ranks = sorted({e.src for e in trace.events} | {e.dst for e in trace.events}
+                   | {r.dst for r in trace.receives})
     fig, ax = _axes(ax, (7.2, 1.2 + 0.55 * max(len(ranks), 1)))
     t0 = min(starts, default=0.0)
-    ms = lambda t: (t - t0) * 1e3  # noqa: E731 - milliseconds since the first message
+    ms = lambda t: (t - t0) * 1e3  # milliseconds since the first message
     sends, waits, takes = defaultdict(list), defaultdict(list), defaultdict(list)
     for e in trace.events:
         sends[e.src, e.tag].append((ms(e.t_start), max(ms(e.t_end) - ms(e.t_start), 1e-3)))
@@ -60,7 +72,8 @@ def plot_timeline(trace, ax=None):
         waits[r.dst].append((ms(r.t_start), ms(arrived) - ms(r.t_start)))
         takes[r.dst].append((ms(arrived), max(ms(r.t_end) - ms(arrived), 1e-3)))
     for (rank, tag), bars in sends.items():
-        ax.broken_barh(bars, (rank - 0.42, 0.38), facecolors=PHASE_COLOURS.get(tag, OTHER_COLOUR), alpha=0.85)
+        ax.broken_barh(bars, (rank - 0.42, 0.38), facecolors=PHASE_COLOURS.get(tag, OTHER_COLOUR),
+                       alpha=0.85)
     for rank, bars in waits.items():
         ax.broken_barh(bars, (rank + 0.04, 0.38), facecolors="#d9d9d9")
     for rank, bars in takes.items():
@@ -69,13 +82,18 @@ def plot_timeline(trace, ax=None):
     ax.set_ylim(max(ranks, default=0) + 0.6, -0.6)  # rank 0 on top
     ax.set_xlabel("time since the first message (ms)")
     tags = list(dict.fromkeys(e.tag for e in trace.events))
-    handles = [Patch(color=PHASE_COLOURS.get(t, OTHER_COLOUR), label=f"send: {PHASE_NAMES.get(t, t)}") for t in tags]
-    handles += [Patch(color="#d9d9d9", label="recv: waiting"), Patch(color="#555555", label="recv: taking in")]
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8, frameon=False)
+    handles = [Patch(color=PHASE_COLOURS.get(t, OTHER_COLOUR),
+                     label=f"send: {PHASE_NAMES.get(t, t)}") for t in tags]
+    handles += [Patch(color="#d9d9d9", label="recv: waiting"),
+                Patch(color="#555555", label="recv: taking in")]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8,
+              frameon=False)
     names = sorted({e.collective for e in trace.events if e.collective}) or ["trace"]
-    span = max([ms(e.t_end) for e in trace.events] + [ms(r.t_end) for r in trace.receives], default=0.0)
+    span = max([ms(e.t_end) for e in trace.events] + [ms(r.t_end) for r in trace.receives],
+               default=0.0)
     ax.set_title(f"{', '.join(names)}: {len(trace.events)} messages, "
-                 f"{format_bytes(sum(e.nbytes for e in trace.events))} in {span:.2f} ms", fontsize=10)
+                 f"{format_bytes(sum(e.nbytes for e in trace.events))} in {span:.2f} ms",
+                 fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     return fig
 
@@ -101,11 +119,12 @@ def _world(rows) -> str:
 
 
 def plot_bandwidth(bench_rows, ax=None):
-    """Bus bandwidth (busbw) against message size, one line per algorithm (rows from `bench.run(...)[1]`)."""
+    """Bus bandwidth (busbw) against message size, one line per algorithm (rows from
+    `bench.run(...)[1]`)."""
     fig, ax = _axes(ax, (7.2, 4.2))
     for algorithm, rows in _by_algorithm(bench_rows).items():
-        ax.plot([r["bytes"] for r in rows], [r["busbw_gbps"] for r in rows], marker="o", label=algorithm,
-                color=ALGORITHM_COLOURS.get(algorithm))
+        ax.plot([r["bytes"] for r in rows], [r["busbw_gbps"] for r in rows], marker="o",
+                label=algorithm, color=_colour(algorithm))
     _size_axis(ax)
     ax.set_ylabel("busbw (GB/s)")
     ax.set_title(f"all-reduce bus bandwidth, {_world(bench_rows)}", fontsize=10)
@@ -114,19 +133,23 @@ def plot_bandwidth(bench_rows, ax=None):
 
 
 def plot_cost_model(rows, alpha: float, beta: float, ax=None, gamma: float = 0.0):
-    """Measured time (dots) against the α-β(-γ) prediction (lines) per algorithm; alpha in s, beta in s/byte."""
+    """Measured time (dots) against the α-β(-γ) prediction (lines) per algorithm; alpha in s, beta
+    in s/byte."""
     fig, ax = _axes(ax, (7.2, 4.2))
     for algorithm, group in _by_algorithm(rows).items():
-        colour = ALGORITHM_COLOURS.get(algorithm)
+        colour = _colour(algorithm)
         sizes = [r["bytes"] for r in group]
-        ax.plot(sizes, [r["time_us"] for r in group], "o", color=colour, label=f"{algorithm} measured")
-        grid = np.geomspace(min(sizes), max(sizes), 64) if len(sizes) > 1 else np.array(sizes, float)
-        ax.plot(grid, [predict(algorithm, group[0]["world_size"], s, alpha, beta, gamma) * 1e6 for s in grid],
-                "--", color=colour, label=f"{algorithm} model")
+        ax.plot(sizes, [r["time_us"] for r in group], "o", color=colour,
+                label=f"{algorithm} measured")
+        grid = (np.geomspace(min(sizes), max(sizes), 64) if len(sizes) > 1
+                else np.array(sizes, float))
+        ax.plot(grid, [predict(algorithm, group[0]["world_size"], s, alpha, beta, gamma) * 1e6
+                       for s in grid], "--", color=colour, label=f"{algorithm} model")
     _size_axis(ax)
     ax.set_yscale("log")
     ax.set_ylabel("time per all-reduce (µs)")
     bandwidth = f"{1 / beta / 1e9:.2f} GB/s" if beta > 0 else "∞"
-    ax.set_title(f"measured vs α-β model, {_world(rows)}: α = {alpha * 1e6:.0f} µs, 1/β = {bandwidth}", fontsize=10)
+    ax.set_title(f"measured vs α-β model, {_world(rows)}: α = {alpha * 1e6:.0f} µs, "
+                 f"1/β = {bandwidth}", fontsize=10)
     ax.legend(fontsize=7, ncols=2)
     return fig

@@ -1,0 +1,23 @@
+"""nccl-tests style benchmarks: all-reduce algorithms and peers (allreduce.py), the fused
+operator (fused.py), the Numba kernels (kernels.py). `allreduce-edu bench` prints them; lessons
+03, 05-07 use them.
+"""
+
+from .allreduce import (
+    add_predictions,
+    combine,
+    expected,
+    format_p2p,
+    format_table,
+    measure,
+    parse_size,
+    pattern,
+    peer_rows,
+    pingpong,
+    run,
+    sweep,
+    write_json,
+)
+
+__all__ = ["run", "measure", "pingpong", "combine", "peer_rows", "add_predictions", "parse_size",
+           "sweep", "pattern", "expected", "format_p2p", "format_table", "write_json"]

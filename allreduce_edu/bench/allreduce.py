@@ -1,0 +1,195 @@
+"""nccl-tests style all-reduce benchmark: size, count, type, time, algbw, busbw, #wrong. Lesson 03.
+
+algbw = S / t; busbw = algbw · 2(N-1)/N, the bandwidth each link must carry, so numbers are
+comparable across world sizes and against the wire's own bandwidth (nccl-tests,
+doc/PERFORMANCE.md).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import numpy as np
+
+from ..collectives import allreduce
+from ..costmodel import bus_factor, fit_alpha_beta, predict_on_links
+from ..runtime.engines import ENGINES, run_on_engine
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_size(text: str | int) -> int:
+    """'8' -> 8, '64K' -> 65536, '64M' -> 67108864 (binary units, as nccl-tests)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)B?\s*", str(text), re.IGNORECASE)
+    if not m:
+        raise ValueError(f"cannot read size {text!r}; write e.g. 8, 64K, 4M")
+    return int(m[1]) * _UNITS[m[2].upper()]
+
+
+def sweep(begin: int, end: int, factor: int) -> list[int]:
+    """Sizes begin, begin·factor, ... up to end (inclusive), like nccl-tests' -b/-e/-f."""
+    if begin < 0 or end < begin or factor < 2:
+        raise ValueError(f"need 0 <= begin <= end and factor >= 2, got {begin}, {end}, {factor}")
+    sizes, size = [], begin
+    while size <= end:
+        sizes.append(size)
+        size = size * factor if size else 1
+    return sizes
+
+
+def pattern(rank: int, count: int, dtype) -> np.ndarray:
+    """Rank r's test data: small integers, so float sums are exact and #wrong means really wrong."""
+    return ((np.arange(count) % 7) + rank + 1).astype(dtype)
+
+
+def expected(world_size: int, count: int, dtype) -> np.ndarray:
+    return sum(pattern(r, count, np.float64) for r in range(world_size)).astype(dtype)
+
+
+def measure(comm, algorithms, sizes, dtype="float32", iters=20, warmup=5, budget=2.0) -> list[dict]:
+    """Run on every rank: time `iters` all-reduces per (algorithm, size); all ranks agree on
+    the count.
+
+    The number of timed iterations is cut (to no fewer than 3) when `iters` would take over
+    `budget` seconds.
+    """
+    rows, itemsize = [], np.dtype(dtype).itemsize
+    for algorithm in algorithms:
+        for size in sizes:
+            count = size // itemsize
+            x = pattern(comm.rank, count, dtype)
+            run_once = _allreduce_for(comm, algorithm)
+            t0 = time.perf_counter()
+            for _ in range(warmup):
+                run_once(x)
+            per_iter = allreduce(comm, np.array([(time.perf_counter() - t0) / max(warmup, 1)]),
+                                 "max", "ring")[0]
+            n = int(min(iters, max(3, budget // max(per_iter, 1e-9)))) if iters > 3 else iters
+            comm.barrier()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                y = run_once(x)
+            seconds = (time.perf_counter() - t0) / n
+            wrong = int(np.count_nonzero(y != expected(comm.world_size, count, dtype)))
+            rows.append({"algorithm": algorithm, "world_size": comm.world_size,
+                         "bytes": count * itemsize, "count": count, "dtype": np.dtype(dtype).name,
+                         "time_us": seconds * 1e6, "wrong": wrong, "iters": n})
+    return rows
+
+
+def _allreduce_for(comm, algorithm: str):
+    """Our algorithm by name, or the engine's own all-reduce when `algorithm` names the engine
+    under `comm`."""
+    # "gloo" on a TorchCommunicator, "mpi" on an MPICommunicator
+    if algorithm == getattr(comm, "engine", None):
+        return comm.builtin_allreduce
+    return lambda x: allreduce(comm, x, "sum", algorithm)
+
+
+def pingpong(comm, sizes=(8, 1 << 10, 1 << 16, 1 << 20, 1 << 22),
+             iters=20) -> list[tuple[int, float]]:
+    """Rank 0 and 1 bounce messages; returns (bytes, one-way seconds = median round trip / 2)
+    per size."""
+    out = []
+    for size in sizes:
+        x, times = np.zeros(size, np.uint8), []
+        for _ in range(iters + 2):
+            t0 = time.perf_counter()
+            if comm.rank == 0:
+                comm.send(1, x, "ping")
+                comm.recv(1, "pong")
+            elif comm.rank == 1:
+                comm.send(0, comm.recv(0, "ping"), "pong")
+            times.append(time.perf_counter() - t0)
+        out.append((size, float(np.median(times[2:])) / 2))
+    return out
+
+
+def run(cluster, algorithms, sizes, dtype="float32", iters=20, warmup=5) -> tuple[dict, list[dict]]:
+    """Measure α, β between ranks 0 and 1, then every (algorithm, size); rows combined over
+    ranks."""
+    p2p = {}
+    if cluster.world_size >= 2:
+        points = cluster.run(pingpong)[0]
+        alpha, beta = fit_alpha_beta(*zip(*points, strict=True))
+        p2p = {"alpha_us": points[0][1] * 1e6, "fit_alpha_us": alpha * 1e6,
+               "bandwidth_gbps": points[-1][0] / points[-1][1] / 1e9,
+               "fit_bandwidth_gbps": (1 / beta / 1e9) if beta else float("inf"), "points": points}
+    return p2p, combine(cluster.run(measure, algorithms, sizes, dtype, iters, warmup))
+
+
+def combine(per_rank: list[list[dict]]) -> list[dict]:
+    """One row per (algorithm, size) from every rank's rows: the slowest rank's time, everyone's
+    #wrong."""
+    rows = []
+    for by_rank in zip(*per_rank, strict=True):
+        row = dict(by_rank[0])
+        # the collective ends when its slowest rank does
+        row["time_us"] = max(r["time_us"] for r in by_rank)
+        row["wrong"] = sum(r["wrong"] for r in by_rank)
+        row["algbw_gbps"] = row["bytes"] / (row["time_us"] * 1e-6) / 1e9
+        row["busbw_gbps"] = row["algbw_gbps"] * bus_factor(row["world_size"])
+        rows.append(row)
+    return rows
+
+
+def peer_rows(peer: str, world_size: int, sizes, dtype="float32", iters=20, warmup=5,
+              timeout=1800.0) -> list[dict]:
+    """The engine's own all-reduce ("gloo": torch.distributed, "mpi": mpi4py) on `world_size`
+    processes of this machine, timed by `measure` as ours are; RuntimeError when the engine is
+    missing or fails."""
+    if peer not in ENGINES:
+        raise ValueError(f"unknown peer {peer!r}; valid: {', '.join(ENGINES)}")
+    return combine(run_on_engine(measure, peer, world_size, [peer], list(sizes), dtype, iters,
+                                 warmup, timeout=timeout))
+
+
+def add_predictions(rows: list[dict], links) -> None:
+    """Put the α-β model's time on emulated `links` beside each row ("model_us"; None where it
+    has no model)."""
+    for r in rows:
+        seconds = predict_on_links(r["algorithm"], r["world_size"], r["bytes"], links)
+        r["model_us"] = None if seconds is None else seconds * 1e6
+
+
+def format_p2p(p2p: dict) -> str:
+    if not p2p:
+        return "# point-to-point: needs 2 ranks"
+    return (f"# point-to-point, rank 0 <-> 1 (ping-pong): "
+            f"latency alpha = {p2p['alpha_us']:.0f} us (8 B one way), "
+            f"bandwidth 1/beta = {p2p['bandwidth_gbps']:.2f} GB/s "
+            f"({p2p['points'][-1][0] >> 20} MiB one way)")
+
+
+def format_table(rows: list[dict]) -> str:
+    """The rows as nccl-tests prints them (one algorithm after another)."""
+    head = (f"#{'size':>11} {'count':>11} {'type':>8} {'algorithm':>19} {'time':>10} "
+            f"{'algbw':>8} {'busbw':>8} {'#wrong':>7}\n"
+            f"#{'(B)':>11} {'(elements)':>11} {'':>8} {'':>19} {'(us)':>10} "
+            f"{'(GB/s)':>8} {'(GB/s)':>8} {'':>7}")
+    # emulated links: the α-β model's time beside the measured one
+    model = any("model_us" in r for r in rows)
+    if model:
+        head = "\n".join(f"{line} {unit:>10}"
+                         for line, unit in zip(head.split("\n"), ("model", "(us)"), strict=True))
+    lines = [head]
+    for r in rows:
+        predicted = (f" {r['model_us']:>10.1f}" if r.get("model_us") is not None
+                     else f" {'-':>10}" if model else "")
+        lines.append(f" {r['bytes']:>11} {r['count']:>11} {r['dtype']:>8} {r['algorithm']:>19} "
+                     f"{r['time_us']:>10.1f} {r['algbw_gbps']:>8.3f} {r['busbw_gbps']:>8.3f} "
+                     f"{r['wrong']:>7}{predicted}")
+    return "\n".join(lines)
+
+
+JSON_KEYS = ("algorithm", "world_size", "bytes", "count", "dtype", "time_us", "algbw_gbps",
+             "busbw_gbps", "wrong")
+
+
+def write_json(path, rows: list[dict]) -> None:
+    with open(path, "w") as f:
+        json.dump([{k: r[k] for k in JSON_KEYS + ("model_us",) if k in r} for r in rows], f,
+                  indent=1)
+

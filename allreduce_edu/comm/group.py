@@ -1,0 +1,50 @@
+"""A sub-communicator: some ranks of a communicator seen as a world of their own.
+Lessons 05 and 09.
+
+MPI calls it `Comm_split`, torch.distributed `new_group`, NCCL `ncclCommSplit`: ranks renumbered
+0..len(ranks)-1, and every message tag prefixed with the group's name, so two groups that share
+ranks never take each other's messages. Any algorithm runs on a Group as on the world.
+"""
+
+from __future__ import annotations
+
+from .base import Communicator
+
+
+class Group:
+    """`ranks` of `comm` (this rank among them) as a communicator of `len(ranks)` ranks,
+    named `name`."""
+
+    def __init__(self, comm, ranks, name: str):
+        ranks = [int(r) for r in ranks]
+        if comm.rank not in ranks or len(set(ranks)) != len(ranks):
+            raise ValueError(f"rank {comm.rank}: a group needs distinct ranks including this one, "
+                             f"got {ranks}")
+        self.parent, self.ranks, self.name = comm, ranks, name
+        self.rank, self.world_size = ranks.index(comm.rank), len(ranks)
+        # the parent's messages are this group's messages
+        self.timeout, self.trace = comm.timeout, comm.trace
+        self.ranks_per_node: int | None = None  # a group is flat unless told otherwise
+
+    def __repr__(self) -> str:
+        return f"Group({self.name!r}, ranks={self.ranks}, rank={self.rank})"
+
+    def isend(self, dst, array, tag, **kw):
+        return self.parent.isend(self.ranks[dst], array, f"{self.name}/{tag}", **kw)
+
+    def send(self, dst, array, tag, **kw) -> None:
+        self.parent.send(self.ranks[dst], array, f"{self.name}/{tag}", **kw)
+
+    def recv(self, src, tag, timeout=None):
+        return self.parent.recv(self.ranks[src], f"{self.name}/{tag}", timeout)
+
+    def sendrecv(self, dst, array, src, tag, **kw):
+        return self.parent.sendrecv(self.ranks[dst], array, self.ranks[src], f"{self.name}/{tag}",
+                                    **kw)
+
+    def collective(self, *args, **kwargs):
+        """Inside the parent's collective (the usual case), part of it;
+        else a collective of the parent's."""
+        return self.parent.collective(*args, **kwargs)
+
+    barrier = Communicator.barrier  # the same dissemination rounds, over this group's sendrecv

@@ -1,0 +1,108 @@
+"""Running a learner's ring on engine processes: each rank against the engine's own all-reduce."""
+
+from __future__ import annotations
+
+import re
+
+import cloudpickle
+import numpy as np
+
+from .harness import Spy, describe_result, encoded_input, result_problem
+
+
+class RingFailed(Exception):
+    """Your ring raised on a rank: (size, exception type, first line of its message, comm methods
+    it used)."""
+
+
+class _Watch(Spy):
+    """The comm your ring gets: send, recv, sendrecv, isend (noting which ones you use), nothing
+    else."""
+
+    def __init__(self, comm):
+        super().__init__(comm, ("send", "recv", "sendrecv", "isend"))
+        self.used: set[str] = set()
+
+    def _check(self, name: str) -> None:
+        super()._check(name)
+        self.used.add(name)
+
+    def _note(self, dst, array) -> None:
+        pass  # nothing to replay here: the engine's all-reduce is the oracle
+
+
+def ring_on_rank(comm, blob: bytes, sizes) -> list[dict]:
+    """On each rank: your ring on encoded inputs of each size, its result against the engine's own
+    all-reduce."""
+    fn, n, rows = cloudpickle.loads(blob)[0], comm.world_size, []
+    watch = _Watch(comm)
+    for size in sizes:
+        x = encoded_input(comm.rank, (size,))
+        try:
+            y = fn(watch, x)
+        except Exception as e:
+            first_line = str(e).split("\n")[0]
+            raise RingFailed(size, type(e).__name__, first_line, sorted(watch.used)) from e
+        builtin = getattr(comm, "builtin_allreduce", None)  # gRPC ranks: NumPy's sum is the oracle
+        oracle = builtin(encoded_input(comm.rank, (size,))) if builtin else None
+        agrees = np.array_equal(np.asarray(y), oracle) if builtin else None
+        rows.append({"size": size, "result": describe_result(y, (size,), n), "agrees": agrees,
+                     "modified": not np.array_equal(x, encoded_input(comm.rank, (size,))),
+                     "used": sorted(watch.used)})
+    return rows
+
+
+def with_prefix(prefix: str, message: str) -> str:
+    """`prefix` + `message`, the message capitalised when a prefix starts the sentence."""
+    return prefix + (message[:1].upper() + message[1:] if prefix else message)
+
+
+def explain_failure(e: RingFailed, engine: str, ranks: str) -> str:
+    """One sentence on how your ring failed, with a hint."""
+    size, kind, text, used = e.args
+    n = int(ranks.split()[0])
+    found = re.search(r"raised on rank (\d+)", " ".join(getattr(e, "__notes__", [])))
+    where = f"with {ranks} and x of {size:,} elements, rank {found[1] if found else '?'}"
+    if kind == "CollectiveTimeout":
+        if "send" in used and "sendrecv" not in used and "gRPC" not in ranks:  # gRPC sends: eager
+            return (f"{where} waited forever: {text}. On {engine}, comm.send returns only once the "
+                    f"receiver has taken the message (gloo always; MPI above its eager limit of a "
+                    f"few KiB). When every rank sends before it receives, all of them wait. Use "
+                    f"comm.sendrecv(right, chunk, left, tag), which sends and receives at once.")
+        return (f"{where} waited forever: {text}. Every recv needs a matching send with the same "
+                f"tag from the rank it names: a ring sends to (rank + 1) % N and receives from "
+                f"(rank − 1) % N.")
+    if "cannot reshape" in text:
+        return (f"{where} raised {kind}: {text}. x.reshape(N, -1) needs the size to divide by N, "
+                f"and {size:,} elements do not divide by {n}. Cut x with "
+                f"np.array_split(x.reshape(-1).copy(), N): N chunks that differ by at most one "
+                f"element.")
+    if "broadcast" in text:
+        return (f"{where} raised {kind}: {text}. The chunk you received and the one you add it to "
+                f"differ in length: with uneven chunks, add into the chunk with the same index, "
+                f"(rank − step − 2) % N.")
+    if kind == "AttributeError" and "not available" in text:
+        return f"{where} asked for {text}"
+    if "index" in text and "out of" in text:
+        return (f"{where} raised {kind}: {text}. A chunk index must stay between 0 and N − 1: "
+                f"take it % N, as in (rank − step − 1) % N.")
+    return (f"{where} raised {kind}: {text}. Run it yourself to see the traceback: "
+            f"Cluster(3, transport=\"local\").run(fixed_ring, np.arange(10.0)).")
+
+
+def first_problem(per_rank, ranks: str, sizes, oracle: str) -> str | None:
+    """The first wrong result or changed input, rank by rank, size by size; None if all is right."""
+    n = len(per_rank)
+    for j, size in enumerate(sizes):
+        where = f"with {ranks} and x of {size:,} elements, "
+        for r in range(n):
+            row = per_rank[r][j]
+            if row["result"]["kind"] != "ok" or row["agrees"] is False:
+                problem = result_problem(r, row["result"], n, (size,))
+                return where + (problem or f"rank {r}'s result differs from {oracle}'s.")
+        for r in range(n):
+            if per_rank[r][j]["modified"]:
+                return where + (f"rank {r}'s input x changed during your all-reduce: reshape and "
+                                f"np.array_split return views of x, so += on a chunk writes into "
+                                f"x. Split a copy: np.array_split(x.reshape(-1).copy(), N).")
+    return None

@@ -1,0 +1,181 @@
+"""Cluster: real rank processes for a notebook, and a function run on all of them.
+Introduced in lessons/00."""
+
+from __future__ import annotations
+
+import multiprocessing
+import secrets
+import time
+import weakref
+
+from ..comm.errors import CollectiveAborted, CollectiveError, CollectiveTimeout, RankFailure
+from ..trace import Trace
+from .failures import abort_error, print_outputs, root_cause
+from .limits import check_world_size
+from .processes import GUARD_HINT, ProcessRanks
+from .threads import ThreadRanks
+from .worker import GRACE, Report
+
+TRANSPORTS = ("grpc", "local")
+
+
+class Cluster:
+    """`world_size` ranks that stay up between `run` calls; `run(fn)` calls fn(comm) on every rank.
+
+    transport="grpc": one process per rank, each a gRPC server on `host`
+    (127.0.0.1: this machine only), with TLS when `tls` (a `TLS` of PEM bytes) is given.
+    transport="local": one thread per rank in this process, for instant traces and tests.
+    `timeout` bounds every wait for a peer, in seconds.
+    `links` (see allreduce_edu.comm.links) delays every message as an emulated network link would.
+    A world larger than this machine holds is refused before anything starts
+    (`max_ranks` overrides).
+    """
+
+    def __init__(self, world_size: int = 4, transport: str = "grpc", timeout: float = 30.0,
+                 host: str = "127.0.0.1", tls=None, links=None, max_ranks: int | None = None):
+        if getattr(multiprocessing.current_process(), "_inheriting", False):
+            raise RuntimeError("A Cluster was created while a rank process was starting. "
+                               + GUARD_HINT)
+        check_world_size(world_size, transport != "local", max_ranks)
+        if transport not in TRANSPORTS:
+            raise ValueError(f"unknown transport {transport!r}; valid: {', '.join(TRANSPORTS)}")
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        self.world_size, self.transport = world_size, transport
+        self.timeout, self.host = timeout, host
+        self.tls, self.links = tls, links
+        self.trace = Trace()
+        self._run_id = 0
+        self._world = None
+        self._start()
+
+    def _start(self) -> None:
+        self._dead: set[int] = set()
+        if self.transport == "grpc":
+            self._world = ProcessRanks(self.world_size, secrets.token_hex(16), self.host,
+                                       self.timeout, self.tls, self.links)
+        else:
+            self._world = ThreadRanks(self.world_size, self.timeout, self.links)
+        self._finalizer = weakref.finalize(self, self._world.close)
+
+    @property
+    def addresses(self) -> list[str]:
+        """Where each rank listens, by rank
+        ("127.0.0.1:PORT"; "local:R" for the local transport)."""
+        return list(self._world.addresses)
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{len(self._dead)} dead" if self._dead else "up"
+        return f"Cluster(world_size={self.world_size}, transport={self.transport!r}, {state})"
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End every rank process; idempotent."""
+        self._finalizer()
+
+    def restart(self) -> None:
+        """Replace every rank with a fresh one: a full world again after a failure."""
+        self.close()
+        self._start()
+
+    def run(self, fn, *args, **kwargs) -> list:
+        """Call `fn(comm, *args, **kwargs)` on every rank; return the results by rank.
+
+        An exception on any rank stops the others at once and is raised here, naming its rank.
+        Interrupted (Ctrl-C, "interrupt kernel"), it stops every rank, replaces those that do not
+        stop, and says so.
+        """
+        __tracebackhide__ = True  # IPython shows the learner's frames, not these
+        if self.closed:
+            raise RuntimeError("this Cluster is closed; create a new one (or call restart())")
+        if self._dead:
+            raise RankFailure(f"rank(s) {sorted(self._dead)} died in an earlier run; "
+                              f"call cluster.restart() for a full world of {self.world_size}",
+                              ranks=tuple(sorted(self._dead)))
+        self._run_id += 1
+        try:
+            self._world.submit(self._run_id, fn, args, kwargs)
+        except RankFailure as e:
+            self._dead.update(e.ranks)
+            raise
+        reports: dict[int, Report] = {}
+        interrupted = None
+        try:
+            self._collect(reports)
+        except KeyboardInterrupt:
+            running = [r for r in range(self.world_size) if r not in reports]
+            replaced = self._stop(reports, CollectiveAborted("the caller interrupted cluster.run"))
+            interrupted = _interrupted(fn, running, replaced, self.world_size)
+        finally:
+            self._world.finish()
+            self.trace = Trace.merge([Trace(r.events, r.receives, r.dropped)
+                                      for r in reports.values()])
+            print_outputs(reports)
+        if interrupted:
+            # the multiprocessing frames say nothing useful
+            raise KeyboardInterrupt(interrupted) from None
+        failures = [r for r in reports.values() if r.kind != "result"]
+        if failures:
+            raise root_cause(failures, fn)
+        return [reports[rank].value for rank in range(self.world_size)]
+
+    def _collect(self, reports: dict[int, Report]) -> None:
+        """Wait for every rank's report; on the first failure, abort the rest."""
+        while len(reports) < self.world_size:
+            failures = [r for r in self._receive(reports) if r.kind != "result"]
+            if failures:
+                return self._stop(reports, abort_error(failures[0]))
+
+    def _receive(self, reports: dict[int, Report]) -> list[Report]:
+        """Add the reports that arrive within a short wait to `reports`; return them."""
+        new = [r for r in self._world.wait(0.05, self._run_id) if r.rank not in reports]
+        for report in new:
+            reports[report.rank] = report
+            if report.kind == "died":
+                self._dead.add(report.rank)
+        return new
+
+    def _stop(self, reports: dict[int, Report], error: CollectiveError) -> list[int]:
+        """Abort the collective on every rank still running;
+        kill (and replace) any that does not stop.
+
+        Returns the ranks that did not stop in time (all ranks are then fresh processes)."""
+        self._world.abort(error)
+        deadline = time.monotonic() + GRACE
+        while len(reports) < self.world_size and time.monotonic() < deadline:
+            self._receive(reports)
+        stuck = [rank for rank in range(self.world_size) if rank not in reports]
+        for rank in stuck:
+            reports[rank] = Report(rank, self._run_id, kind="stuck", error=CollectiveTimeout(
+                f"rank {rank} was busy outside any collective while the others gave up on it "
+                f"({error}); it did not stop within {GRACE:.0f} s, "
+                f"so the Cluster replaced all ranks", ranks=(rank,)))
+        if stuck:
+            self.restart()
+        return stuck
+
+
+def _interrupted(fn, running: list[int], replaced: list[int], world_size: int) -> str:
+    """The one paragraph a learner reads after interrupting cluster.run:
+    what stopped, what was replaced."""
+    name = getattr(fn, "__name__", "fn")
+    if not running:
+        return (f"cluster.run({name}) was interrupted after every rank had finished; "
+                f"the cluster is ready.")
+    ranks = ", ".join(map(str, running))
+    if not replaced:
+        return (f"cluster.run({name}) was interrupted: rank(s) {ranks} stopped their collective; "
+                f"the same {world_size} rank processes are ready for the next run.")
+    return (f"cluster.run({name}) was interrupted: rank(s) {', '.join(map(str, replaced))} "
+            f"did not stop within {GRACE:g} s (busy outside any collective), "
+            f"so all {world_size} ranks were replaced by fresh processes (new PIDs and ports); "
+            f"the cluster is ready for the next run.")

@@ -1,0 +1,68 @@
+"""`allreduce-edu demo` and `allreduce-edu bench`, run as a learner would run them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from allreduce_edu.bench import allreduce as bench
+from allreduce_edu.collectives import ALGORITHMS
+
+
+def cli(*args, timeout=240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "allreduce_edu.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_demo_checks_every_algorithm_against_numpy():
+    result = cli("demo", "-n", "3", "--count", "1001")
+    assert result.returncode == 0, result.stderr
+    rows = [line.split() for line in result.stdout.splitlines() if line.split() and line.split()[0] in ALGORITHMS]
+    assert [r[0] for r in rows] == list(ALGORITHMS)
+    assert all(r[-1] == "yes" for r in rows), result.stdout
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("3 ranks over grpc") and lines[1].split()[:2] == ["algorithm", "steps"]
+    assert [line.split()[0] for line in lines[2:]] == list(ALGORITHMS)  # the header, then only rows
+
+
+def test_bench_prints_nccl_tests_columns_and_writes_json(tmp_path):
+    out = tmp_path / "rows.json"
+    result = cli("bench", "-n", "2", "--algorithm", "ring,tree", "-b", "8", "-e", "4K", "-f", "8",
+                 "--iters", "3", "--warmup", "1", "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "latency alpha" in result.stdout and "bandwidth 1/beta" in result.stdout
+    assert "algbw" in result.stdout and "busbw" in result.stdout and "#wrong" in result.stdout
+    rows = json.loads(out.read_text())
+    assert [(r["algorithm"], r["bytes"]) for r in rows] == [(a, b) for a in ("ring", "tree") for b in (8, 64, 512, 4096)]
+    assert set(rows[0]) == {"algorithm", "world_size", "bytes", "count", "dtype", "time_us", "algbw_gbps",
+                            "busbw_gbps", "wrong"}
+    for r in rows:
+        assert r["wrong"] == 0 and r["time_us"] > 0 and r["count"] == r["bytes"] // 4
+        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * 2 * (2 - 1) / 2)
+
+
+def test_bench_rejects_unknown_algorithms():
+    result = cli("bench", "--algorithm", "ring,telepathy")
+    assert result.returncode == 2 and "telepathy" in result.stderr and "rabenseifner" in result.stderr
+
+
+def test_wrong_results_make_the_bench_fail(monkeypatch):
+    monkeypatch.setattr(bench, "expected", lambda n, count, dtype: bench.pattern(0, count, dtype))  # a wrong oracle
+    from allreduce_edu import cli as cli_module
+    assert cli_module.main(["bench", "-n", "2", "--transport", "local", "--algorithm", "ring", "-b", "64",
+                            "-e", "64", "--iters", "1", "--warmup", "0"]) == 1
+
+
+@pytest.mark.parametrize("text, size", [("8", 8), ("64K", 65536), ("4M", 4 << 20), ("1g", 1 << 30), ("16KB", 16384)])
+def test_sizes_read_like_nccl_tests(text, size):
+    assert bench.parse_size(text) == size
+
+
+def test_sweep():
+    assert bench.sweep(8, 64 << 20, 4)[-1] == 32 << 20
+    assert bench.sweep(8, 512, 8) == [8, 64, 512]
+    with pytest.raises(ValueError):
+        bench.parse_size("lots")

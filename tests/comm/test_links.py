@@ -1,0 +1,192 @@
+"""Emulated links (α + bytes·β per message) and the hierarchical all-reduce that exploits a two-level network."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from conftest import cluster_for
+
+import allreduce_edu as ae
+from allreduce_edu.collectives.hierarchical import hierarchical, node_size
+from allreduce_edu.comm.links import Link, Links, hold, parse_topology
+from allreduce_edu.costmodel import predict_on_links
+
+MiB = 1 << 20
+# a slow network between nodes: 2 ms per message and 1 MiB in 20 ms; fast links inside a node
+SLOW = Links.two_level(2, intra=(20e-6, 1e-9 / 10), inter=(2e-3, 20e-3 / MiB))
+
+
+def test_links_read_like_a_datasheet_and_pickle():
+    assert (Link.parse("50us,1GB/s").alpha, Link.parse("50us,1GB/s").beta) == pytest.approx((50e-6, 1e-9))
+    assert (Link.parse("2ms, 400Mbit/s").alpha, Link.parse("2ms, 400Mbit/s").beta) == pytest.approx((2e-3, 8 / 400e6))
+    assert Link.parse("1s,1kB/s").seconds(1000) == pytest.approx(2.0)
+    links = Links.two_level(4, intra="5us,10GB/s", inter=(1e-3, 1e-8))
+    assert pickle.loads(pickle.dumps(links)) == links  # it travels to the rank processes
+    assert [links.node(r) for r in (0, 3, 4, 7)] == [0, 0, 1, 1]
+    assert links.link(1, 2) == links.intra and links.link(3, 4) == links.inter and links.link(5, 5) is None
+    assert parse_topology("2x4") == (2, 4)
+    for bad in ("fast", "50us", "1ms,0GB/s"):
+        with pytest.raises(ValueError):
+            Link.parse(bad)
+    with pytest.raises(ValueError):
+        parse_topology("2by2")
+
+
+def test_hold_is_accurate_where_sleep_overshoots():
+    for seconds in (100e-6, 1e-3, 5e-3):
+        times = []
+        for _ in range(15):
+            t0 = time.perf_counter()
+            hold(seconds)
+            times.append(time.perf_counter() - t0)
+        assert min(times) >= seconds  # never early; late only when the host's scheduler is busy elsewhere
+        assert min(times) == pytest.approx(seconds, rel=0.2, abs=50e-6)
+
+
+def _send_times(comm, sizes, dsts, reps=5):
+    """Rank 0 times comm.send to each dst; the others receive. Returns {(dst, size): least seconds}
+    (the least of `reps`: a busy host's scheduler only ever adds time, never takes it away)."""
+    out = {}
+    for dst in dsts:
+        for size in sizes:
+            x = np.zeros(size, np.uint8)
+            times = []
+            for _ in range(reps):
+                if comm.rank == 0:
+                    t0 = time.perf_counter()
+                    comm.send(dst, x, "probe")
+                    times.append(time.perf_counter() - t0)
+                elif comm.rank == dst:
+                    comm.recv(0, "probe")
+            out[(dst, size)] = min(times) if times else 0.0
+    return out
+
+
+def test_each_message_waits_alpha_plus_bytes_beta_within_20_percent():
+    # links far slower than the in-process transport (a 1 MiB copy costs up to ~0.5 ms on a busy host)
+    links = Links.two_level(2, intra=(1e-3, 10e-3 / MiB), inter=(3e-3, 30e-3 / MiB))
+    sizes = (0, 64 << 10, MiB)
+    with ae.Cluster(4, transport="local", links=links) as cluster:
+        measured = cluster.run(_send_times, sizes, (1, 2), 7)[0]
+    for (dst, size), seconds in measured.items():
+        link = links.link(0, dst)
+        assert seconds == pytest.approx(link.seconds(size), rel=0.2), (dst, size, seconds, link.seconds(size))
+
+
+def _one_way(comm, size, reps=5):
+    """Ping-pong between rank 0 and rank 2 (across nodes): the least round trip / 2."""
+    x, times = np.zeros(size, np.uint8), []
+    for _ in range(reps + 1):
+        t0 = time.perf_counter()
+        if comm.rank == 0:
+            comm.send(2, x, "ping")
+            comm.recv(2, "pong")
+        elif comm.rank == 2:
+            comm.send(0, comm.recv(0, "ping"), "pong")
+        times.append(time.perf_counter() - t0)
+    return min(times[1:]) / 2
+
+
+def test_over_grpc_a_cross_node_message_takes_its_link_time_within_20_percent():
+    with ae.Cluster(4, links=SLOW) as cluster:
+        one_way = cluster.run(_one_way, MiB)[0]
+    assert one_way == pytest.approx(SLOW.inter.seconds(MiB), rel=0.2)  # 22 ms; gRPC itself adds ~1 ms
+
+
+# --- the hierarchical all-reduce: correct for every world, node size, op and dtype ------------------
+def _contribution(rank: int, length: int, dtype) -> np.ndarray:
+    return ((np.arange(length) * (rank + 3)) % 17 - 8 + rank).astype(dtype)
+
+
+def _expected(n: int, length: int, op: str, dtype) -> np.ndarray:
+    stack = np.stack([_contribution(r, length, np.float64) for r in range(n)])
+    return (stack.sum(axis=0) if op == "sum" else stack.max(axis=0)).astype(dtype)
+
+
+def _run_all(comm, lengths, ops, dtypes):
+    return {(length, op, dtype): ae.allreduce(comm, _contribution(comm.rank, length, dtype), op, "hierarchical")
+            for length in lengths for op in ops for dtype in dtypes}
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 6, 8])
+def test_hierarchical_matches_numpy_on_every_node_size(n):
+    lengths, ops, dtypes = (0, 1, n - 1, n + 1, 1009), ("sum", "max"), ("float32", "int64")
+    for per_node in sorted({1, 2, 3, 4, n}):  # uneven node sizes fall back to one node
+        with ae.Cluster(n, transport="local", links=Links.two_level(per_node)) as cluster:
+            per_rank = cluster.run(_run_all, lengths, ops, dtypes)
+        for key, expected in ((k, _expected(n, *k)) for k in per_rank[0]):
+            for rank, results in enumerate(per_rank):
+                assert results[key].dtype == expected.dtype and results[key].shape == expected.shape
+                np.testing.assert_array_equal(results[key], expected, err_msg=f"n={n} L={per_node} {key} rank {rank}")
+
+
+def test_hierarchical_on_grpc_ranks_with_two_per_node():
+    def run(comm):
+        comm.ranks_per_node = 2  # as allreduce_edu.init() sets it from the launch's ranks per node
+        try:
+            return node_size(comm), _run_all(comm, (0, 7, 1009), ("sum", "max"), ("float32", "int64"))
+        finally:
+            comm.ranks_per_node = None
+    per_rank = cluster_for("grpc", 4).run(run)
+    assert {size for size, _ in per_rank} == {2}
+    for _, results in per_rank:
+        for key, y in results.items():
+            np.testing.assert_array_equal(y, _expected(4, *key))
+
+
+def test_hierarchical_takes_any_registered_algorithm_between_nodes():
+    x = [np.arange(10.0) * (r + 1) for r in range(6)]
+    with ae.Cluster(6, transport="local") as cluster:
+        for inter in ("ring", "tree", "recursive_doubling"):
+            results = cluster.run(lambda comm, inter=inter: hierarchical(comm, x[comm.rank], "sum", 2, inter))
+            assert all(np.array_equal(y, np.arange(10.0) * 21) for y in results)
+            assert {e.tag.split("/")[0] for e in cluster.trace.events} == {"intra", "inter"}
+
+
+def test_the_model_says_hierarchical_wins_when_the_network_is_slow():
+    assert predict_on_links("hierarchical", 4, MiB, SLOW) < predict_on_links("ring", 4, MiB, SLOW) / 2
+    assert predict_on_links("ring", 4, MiB, SLOW) == pytest.approx(6 * SLOW.inter.seconds(MiB / 4))
+    one_node = Links.two_level(4, SLOW.intra, SLOW.inter)  # everything inside one node: both are the ring
+    assert predict_on_links("hierarchical", 4, MiB, one_node) == predict_on_links("ring", 4, MiB, one_node)
+    assert predict_on_links("tree", 4, MiB, SLOW) == pytest.approx(2 * (SLOW.intra.seconds(MiB) + SLOW.inter.seconds(MiB)))
+    assert predict_on_links("naive", 4, MiB, SLOW) is None  # no two-level model for it
+
+
+def _timed(comm, algorithm, x, reps=5):
+    ae.allreduce(comm, x, "sum", algorithm)  # warm up
+    times = []
+    for _ in range(reps):
+        comm.barrier()
+        t0 = time.perf_counter()
+        ae.allreduce(comm, x, "sum", algorithm)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def test_hierarchical_beats_the_ring_across_a_slow_network():
+    x = np.ones(MiB // 4, np.float32)  # 1 MiB per rank
+    with ae.Cluster(4, transport="local", links=SLOW) as cluster:
+        ring, hier = (np.median(np.max(cluster.run(_timed, a, x), axis=0)) for a in ("ring", "hierarchical"))
+    assert hier < 0.75 * ring, (hier, ring)  # the model: 14 ms against 42 ms
+
+
+@pytest.mark.slow
+def test_bench_on_a_2x2_topology_prints_the_model_beside_the_measured_rows(tmp_path):
+    out = tmp_path / "rows.json"
+    result = subprocess.run([sys.executable, "-m", "allreduce_edu.cli", "bench", "--topology", "2x2",
+                             "--transport", "local", "--intra-link", "20us,10GB/s", "--inter-link",
+                             "2ms,52.4288MB/s", "--algorithm", "ring,hierarchical,tree", "-b", "1M", "-e", "1M",
+                             "--iters", "7", "--warmup", "2", "--json", str(out)], check=False, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "model" in result.stdout and "emulated links: 2 ranks per node" in result.stdout
+    rows = {r["algorithm"]: r for r in json.loads(out.read_text())}
+    assert rows["hierarchical"]["time_us"] < 0.75 * rows["ring"]["time_us"], result.stdout
+    assert rows["hierarchical"]["model_us"] < rows["ring"]["model_us"] < rows["tree"]["model_us"]
+    for name in ("ring", "hierarchical"):  # the links dominate the in-process transport: measured ≈ model
+        assert rows[name]["model_us"] < rows[name]["time_us"] < 3 * rows[name]["model_us"]

@@ -1,0 +1,163 @@
+"""The course as a whole: every exercise ships as a scaffold, answers only on request, progress recorded."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from allreduce_edu import course
+from allreduce_edu.exercises import hint, progress, reference, registry, solution
+from allreduce_edu.exercises.feedback import Feedback
+
+EXERCISES = registry.all_exercises()
+LESSONS = {p.name[:2]: course.read(p) for p in course.lesson_files()}
+CELLS = {ex: (lesson, cell) for lesson, nb in LESSONS.items() for ex, cell in course.exercise_cells(nb).items()}
+
+
+def key_lines(text: str) -> list[str]:
+    """The lines of a solution that give it away: code, without comments, signatures and one-word lines."""
+    lines = []
+    for line in text.splitlines():
+        code = line.split("#")[0].strip()
+        if len(code) >= 12 and not code.startswith(("def ", "from ", "import ", "return x", '"""')):
+            lines.append(code)
+    return lines
+
+
+def test_every_exercise_has_exactly_one_cell_in_its_lesson():
+    assert sorted(CELLS) == sorted(EXERCISES)
+    for ex, (lesson, _) in CELLS.items():
+        assert ex.startswith(lesson + "."), f"exercise {ex} sits in lesson {lesson}"
+
+
+@pytest.mark.parametrize("exercise", sorted(EXERCISES))
+def test_committed_cell_is_a_scaffold_whose_output_is_not_attempted(exercise):
+    _, cell = CELLS[exercise]
+    shown = course.feedback(cell)
+    assert "○ not attempted yet" in shown and "✓" not in shown, shown
+
+
+@pytest.mark.parametrize("lesson", sorted(LESSONS))
+def test_no_exercise_cell_holds_an_answer(lesson):
+    cells = course.exercise_cells(LESSONS[lesson])
+    for exercise, cell in cells.items():
+        ex, body = EXERCISES[exercise], course.source(cell)
+        answer = key_lines(ex.solution) if ex.kind == "code" else []
+        scaffold = {line.split("#")[0].strip() for line in body.splitlines()}
+        for line in key_lines(ex.key):  # what the key changes is the answer: its value must not be in the cell
+            if line not in scaffold:
+                value = re.split(r"\s=\s|:\s", line, maxsplit=1)[-1].rstrip(",").strip()
+                answer += [value] if len(value) >= 4 else []  # "b": a letter the scaffold lists anyway
+        leaked = [line for line in answer if line in body]
+        assert not leaked, f"the scaffold of {exercise} holds lines of its answer: {leaked}"
+
+
+@pytest.mark.parametrize("exercise", sorted(EXERCISES))
+def test_checker_answers_not_attempted_for_the_scaffold(exercise):
+    ex = EXERCISES[exercise]
+    scaffold = {"code": registry._stub, "number": None, "choice": "?", "names": {"rank": "?"}}[ex.kind]
+    feedback = ex.check(scaffold)
+    assert isinstance(feedback, Feedback) and not feedback and not feedback.attempted
+    assert f'hint("{exercise}")' in feedback.message
+
+
+@pytest.mark.parametrize("exercise", sorted(EXERCISES))
+def test_hints_come_in_steps_then_point_at_the_solution(exercise, capsys):
+    ex = EXERCISES[exercise]
+    assert len(ex.hints) >= (2 if ex.kind == "code" else 1)
+    registry._hints_given.pop(exercise, None)
+    for _ in range(len(ex.hints) + 1):
+        hint(exercise)
+    shown = capsys.readouterr().out
+    for k, text in enumerate(ex.hints):
+        assert f"Hint {k + 1} of {len(ex.hints)} for {exercise}: {text}" in shown
+    assert shown.rstrip().endswith(f'solution("{exercise}") shows an answer.')
+    solution(exercise)
+    assert capsys.readouterr().out.strip().startswith(ex.solution.strip()[:40])
+
+
+@pytest.mark.parametrize("exercise", sorted(e for e, x in EXERCISES.items() if x.kind == "code"))
+def test_code_solutions_define_the_function_the_learner_writes(exercise):
+    fn = reference(exercise)
+    assert fn.__name__ == EXERCISES[exercise].function and not registry.is_stub(fn)
+    assert f"def {fn.__name__}(" in EXERCISES[exercise].key
+
+
+def test_key_cells_end_with_the_same_checker_call_as_the_scaffold():
+    for exercise, (_, cell) in CELLS.items():
+        last = course.source(cell).strip().splitlines()[-1]
+        assert EXERCISES[exercise].key.strip().splitlines()[-1].split("(")[0] == last.split("(")[0], exercise
+
+
+def test_unknown_exercise_names_the_known_ones():
+    with pytest.raises(KeyError, match="03.1"):
+        hint("99.9")
+
+
+def test_progress_is_recorded_in_the_data_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("ALLREDUCE_EDU_DATA_DIR", str(tmp_path))
+    from allreduce_edu.exercises.lesson03 import check_busbw_answer, check_ring_bytes
+
+    assert "0 of" in repr(progress(reset=True)).splitlines()[-1]
+    assert not check_ring_bytes(None).attempted  # a scaffold is not an attempt
+    assert not (tmp_path / "progress.json").exists()
+    assert not check_busbw_answer("a")
+    assert check_busbw_answer("c")
+    assert not check_busbw_answer("b")  # a later wrong answer keeps the pass
+    assert check_ring_bytes(2 * 7 * (1 << 20) // 8)
+    data = json.loads((tmp_path / "progress.json").read_text())
+    assert data["03.4"]["status"] == "passed" and data["03.4"]["attempts"] == 3
+    table = repr(progress())
+    assert re.search(r"03\.4\s+.*✓ passed \(3 tries\)", table)
+    assert re.search(r"03\.1\s+.*· not started", table)
+    assert f"2 of {len(EXERCISES)} passed, 0 attempted" in table
+    progress(reset=True)
+    assert not (tmp_path / "progress.json").exists()
+
+
+def test_progress_never_breaks_a_checker_when_the_folder_is_unwritable(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("ALLREDUCE_EDU_DATA_DIR", str(blocker / "data"))
+    from allreduce_edu.exercises.lesson03 import check_busbw_answer
+
+    with pytest.warns(UserWarning, match="could not save your progress"):
+        assert check_busbw_answer("c")
+
+
+def test_learner_or_reference_runs_the_reference_until_the_learner_passes(capsys):
+    from allreduce_edu.exercises.lesson03 import check_ring_allreduce, learner_or_reference
+
+    def my_ring_allreduce(comm, x):
+        ...
+
+    check_ring_allreduce(my_ring_allreduce)
+    fn = learner_or_reference("03.1", my_ring_allreduce)
+    assert fn is not my_ring_allreduce and fn.__name__ == "my_ring_allreduce"
+    assert "not written yet" in capsys.readouterr().out
+    right = reference("03.1")
+    assert check_ring_allreduce(right, world_sizes=(3,), shapes=((10,),), transport="local")
+    assert learner_or_reference("03.1", right) is right
+    assert "Running your my_ring_allreduce" in capsys.readouterr().out
+
+
+def test_tests_never_write_to_the_users_data_directory():
+    from allreduce_edu.exercises.progress import data_dir
+
+    assert "allreduce-edu-test-data-" in str(data_dir())
+
+
+@pytest.mark.parametrize("lesson", sorted(LESSONS))
+def test_pictures_fit_a_jupyterlab_column(lesson):
+    """ASCII pictures stay within 90 columns: a 1280 px JupyterLab window with the file browser open."""
+    for i, cell in enumerate(LESSONS[lesson]["cells"]):
+        if cell["cell_type"] != "markdown":
+            continue
+        inside = False
+        for line in course.source(cell).splitlines():
+            if line.strip().startswith("```"):
+                inside = not inside
+            elif inside:
+                assert len(line) <= 90, f"lesson {lesson}, cell {i}: {len(line)} columns: {line[:50]}…"

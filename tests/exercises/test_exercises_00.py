@@ -1,0 +1,100 @@
+"""Lesson 00's checkers: a right answer passes, typical wrong ones fail with a specific hint."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import allreduce_edu
+from allreduce_edu.exercises import (
+    check_max_allreduce,
+    check_welcome_prediction,
+    reference,
+    registry,
+    solution,
+)
+from allreduce_edu.notebook import show_source
+
+
+def test_the_right_prediction_passes():
+    feedback = check_welcome_prediction([10.0] * 4)
+    assert feedback and repr(feedback).startswith("✓")
+
+
+@pytest.mark.parametrize("answer, hint", [([4.0] * 4, "number of ranks"), ([2.5] * 4, "average"),
+                                          ([10.0] * 3, "shape"), (10, "shape"), ([11.0] * 4, "not quite"),
+                                          ("ten", "list of 4 numbers")])
+def test_wrong_predictions_get_a_specific_hint(answer, hint):
+    feedback = check_welcome_prediction(answer)
+    assert not feedback and hint in feedback.message and repr(feedback).startswith("✗")
+
+
+def test_the_prediction_scaffold_is_not_an_attempt():
+    feedback = check_welcome_prediction(None)
+    assert not feedback and not feedback.attempted and repr(feedback).startswith("○")
+    assert 'hint("00.1")' in feedback.message
+
+
+def right(comm):
+    return allreduce_edu.allreduce(comm, np.array([comm.rank, -comm.rank]), op="max")
+
+
+def summed(comm):
+    return allreduce_edu.allreduce(comm, np.array([comm.rank, -comm.rank]))
+
+
+def forgot_return(comm):
+    allreduce_edu.allreduce(comm, np.array([comm.rank, -comm.rank]), op="max")
+
+
+def crashes(comm):
+    raise RuntimeError("oops")
+
+
+def wrong_input(comm):
+    return allreduce_edu.allreduce(comm, np.array([comm.rank, comm.rank]), op="max")
+
+
+def my_max(comm):
+    """The scaffold as the lesson ships it."""
+    ...  # your code here, in place of `...`
+
+
+def test_max_allreduce_checker():
+    assert check_max_allreduce(right)
+    assert 'op="max"' in check_max_allreduce(summed).message
+    assert "returned None" in check_max_allreduce(forgot_return).message
+    assert "RuntimeError: oops" in check_max_allreduce(crashes).message
+    assert "np.array([comm.rank, -comm.rank])" in check_max_allreduce(wrong_input).message
+
+
+def test_max_allreduce_scaffold_is_not_an_attempt():
+    feedback = check_max_allreduce(my_max)
+    assert not feedback and not feedback.attempted and "my_max" in feedback.message
+    assert 'hint("00.2")' in feedback.message
+
+
+def test_the_reference_solution_passes():
+    fn = reference("00.2")
+    assert fn.__name__ == "my_max" and check_max_allreduce(fn)
+
+
+def test_solutions_are_one_call_away(capsys):
+    solution("00.2")
+    assert 'op="max"' in capsys.readouterr().out
+    solution("00.1")
+    assert "10.0" in capsys.readouterr().out
+    with pytest.raises(KeyError, match="00.1"):
+        solution("99.9")
+
+
+def test_registered_with_hints():
+    assert registry.get("00.1").kind == "number" and len(registry.get("00.1").hints) >= 1
+    assert registry.get("00.2").kind == "code" and len(registry.get("00.2").hints) >= 2
+    assert "def my_max(" in registry.get("00.2").key
+
+
+def test_show_source_shows_the_library_code():
+    source = show_source(allreduce_edu.collectives.ring.reduce_scatter_ring)
+    assert repr(source).startswith("# allreduce_edu/collectives/ring.py\n")
+    assert "def reduce_scatter_ring" in repr(source) and "<span" in source._repr_html_()

@@ -1,0 +1,214 @@
+"""Lesson 03's checkers: a right answer passes, typical wrong ones fail with a specific hint."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import allreduce_edu
+from allreduce_edu.exercises import reference, registry
+from allreduce_edu.exercises.lesson03 import (
+    check_busbw_answer,
+    check_owner_prediction,
+    check_pipelined_ring,
+    check_ring_allreduce,
+    check_ring_bytes,
+)
+
+# wrong answers: the same checks on thread ranks, which start at once (the right answers run on gRPC)
+QUICK = {"world_sizes": (3,), "timeout": 5.0, "transport": "local"}
+
+
+ring = reference("03.1")  # the registered solution: the right answer every wrong one is a twist of
+
+
+def ring_with_send_recv(comm, x):  # plain send then recv: fine here (sends are eager), and still a ring
+    n, r = comm.world_size, comm.rank
+    pieces = np.array_split(x.reshape(-1).copy(), n)
+    for step in range(n - 1):
+        comm.send((r + 1) % n, pieces[(r - step - 1) % n], tag="rs")
+        pieces[(r - step - 2) % n] += comm.recv((r - 1) % n, tag="rs")
+    for step in range(n - 1):
+        comm.send((r + 1) % n, pieces[(r - step) % n], tag="ag")
+        pieces[(r - step - 1) % n] = comm.recv((r - 1) % n, tag="ag")
+    return np.concatenate(pieces).reshape(x.shape)
+
+
+def forgot_step(comm, x):  # always sends chunk (r - 1) % n
+    n, r = comm.world_size, comm.rank
+    pieces = np.array_split(x.reshape(-1).copy(), n)
+    for _ in range(n - 1):
+        pieces[(r - 2) % n] += comm.sendrecv((r + 1) % n, pieces[(r - 1) % n], (r - 1) % n, tag="rs")
+    for step in range(n - 1):
+        pieces[(r - step - 1) % n] = comm.sendrecv((r + 1) % n, pieces[(r - step) % n], (r - 1) % n, tag="ag")
+    return np.concatenate(pieces).reshape(x.shape)
+
+
+def replaces(comm, x):  # = instead of += in reduce-scatter
+    n, r = comm.world_size, comm.rank
+    pieces = np.array_split(x.reshape(-1).copy(), n)
+    for step in range(n - 1):
+        pieces[(r - step - 2) % n] = comm.sendrecv((r + 1) % n, pieces[(r - step - 1) % n], (r - 1) % n, tag="rs")
+    for step in range(n - 1):
+        pieces[(r - step - 1) % n] = comm.sendrecv((r + 1) % n, pieces[(r - step) % n], (r - 1) % n, tag="ag")
+    return np.concatenate(pieces).reshape(x.shape)
+
+
+def adds_into_sent_piece(comm, x):  # reduces into the piece it sent, not the one that arrived
+    n, r = comm.world_size, comm.rank
+    pieces = np.array_split(x.reshape(-1).copy(), n)
+    for step in range(n - 1):
+        pieces[(r - step - 1) % n] += comm.sendrecv((r + 1) % n, pieces[(r - step - 1) % n], (r - 1) % n, tag="rs")
+    for step in range(n - 1):
+        pieces[(r - step - 1) % n] = comm.sendrecv((r + 1) % n, pieces[(r - step) % n], (r - 1) % n, tag="ag")
+    return np.concatenate(pieces).reshape(x.shape)
+
+
+def no_copy(comm, x):  # array_split returns views of x: += writes into the caller's array
+    n, r = comm.world_size, comm.rank
+    pieces = np.array_split(x.reshape(-1), n)
+    for step in range(n - 1):
+        pieces[(r - step - 2) % n] += comm.sendrecv((r + 1) % n, pieces[(r - step - 1) % n], (r - 1) % n, tag="rs")
+    for step in range(n - 1):
+        pieces[(r - step - 1) % n] = comm.sendrecv((r + 1) % n, pieces[(r - step) % n], (r - 1) % n, tag="ag")
+    return np.concatenate(pieces).reshape(x.shape)
+
+
+def one_step_too_many(comm, x):
+    n, r = comm.world_size, comm.rank
+    pieces = np.array_split(x.reshape(-1).copy(), n)
+    for step in range(n):
+        pieces[(r - step - 2) % n] += comm.sendrecv((r + 1) % n, pieces[(r - step - 1) % n], (r - 1) % n, tag="rs")
+    for step in range(n):
+        pieces[(r - step - 1) % n] = comm.sendrecv((r + 1) % n, pieces[(r - step) % n], (r - 1) % n, tag="ag")
+    return np.concatenate(pieces).reshape(x.shape)
+
+
+def flat_result(comm, x):
+    return ring(comm, x).reshape(-1)
+
+
+def tags_disagree(comm, x):
+    n, r = comm.world_size, comm.rank
+    comm.send((r + 1) % n, x, tag="rs")
+    return comm.recv((r - 1) % n, tag="reduce_scatter")
+
+
+def library(comm, x):
+    return allreduce_edu.allreduce(comm, x)
+
+
+def test_right_ring_passes_and_reports_bytes():
+    feedback = check_ring_allreduce(ring, shapes=((10,), (100_003,), (2, 5)))  # the notebook runs 1,000,003
+    assert feedback, feedback
+    assert "rank 0 sent 1200032 bytes" in feedback.message and "= 1200036" in feedback.message
+
+
+def test_ring_built_from_send_and_recv_passes():
+    assert check_ring_allreduce(ring_with_send_recv, shapes=((10,), (2, 5)), **QUICK)
+
+
+@pytest.mark.parametrize("fn, words", [
+    (forgot_step, ["sends chunk 2 at step 1 of reduce-scatter but should send chunk 1", "index you send"]),
+    (replaces, ["own data is missing", "+="]),
+    (adds_into_sent_piece, ["different lengths", "pieces[(rank − step − 2) % N]"]),
+    (no_copy, ["input x changed", ".copy()"]),
+    (one_step_too_many, ["sent 6 messages", "range(N − 1)"]),
+    (flat_result, ["returned shape (10,)", "x.shape"]),
+    (tags_disagree, ["never came", "same tag"]),
+    (library, ["comm.collective", "not available"]),
+])
+def test_wrong_rings_get_specific_hints(fn, words):
+    shapes = ((2, 5),) if fn is flat_result else ((10,),)
+    timeout = 1.5 if fn is tags_disagree else QUICK["timeout"]  # it waits out the deadline
+    feedback = check_ring_allreduce(fn, shapes=shapes, **{**QUICK, "timeout": timeout})
+    assert not feedback
+    for word in words:
+        assert word in feedback.message, feedback
+
+
+def pipelined(comm, x, segments=2):
+    n, r = comm.world_size, comm.rank
+    right, left = (r + 1) % n, (r - 1) % n
+    pieces = [np.array_split(p, segments) for p in np.array_split(x.reshape(-1).copy(), n)]
+    for step in range(n - 1):
+        out, into = (r - step - 1) % n, (r - step - 2) % n
+        sends = [comm.isend(right, seg, tag="rs") for seg in pieces[out]]
+        for seg in pieces[into]:
+            seg += comm.recv(left, tag="rs")
+        for request in sends:
+            request.wait()
+    for step in range(n - 1):
+        out, into = (r - step) % n, (r - step - 1) % n
+        sends = [comm.isend(right, seg, tag="ag") for seg in pieces[out]]
+        pieces[into] = [comm.recv(left, tag="ag") for _ in range(segments)]
+        for request in sends:
+            request.wait()
+    return np.concatenate([np.concatenate(p) for p in pieces]).reshape(x.shape)
+
+
+def pipelined_reversed_segments(comm, x):  # stores the two segments of each gathered chunk swapped
+    n, r = comm.world_size, comm.rank
+    pieces = [np.array_split(p, 2) for p in np.array_split(x.reshape(-1).copy(), n)]
+    for step in range(n - 1):
+        out, into = (r - step - 1) % n, (r - step - 2) % n
+        for k in range(2):
+            pieces[into][k] += comm.sendrecv((r + 1) % n, pieces[out][k], (r - 1) % n, tag="rs")
+    for step in range(n - 1):
+        out, into = (r - step) % n, (r - step - 1) % n
+        got = [comm.sendrecv((r + 1) % n, pieces[out][k], (r - 1) % n, tag="ag") for k in range(2)]
+        pieces[into] = got[::-1] if step == n - 2 else got
+    return np.concatenate([np.concatenate(p) for p in pieces]).reshape(x.shape)
+
+
+def test_pipelined_checker():
+    assert check_pipelined_ring(pipelined, shapes=((10,), (1001,)))
+    plain = check_pipelined_ring(ring, shapes=((10,),), **QUICK)
+    assert not plain and "plain ring" in plain.message, plain
+    swapped = check_pipelined_ring(pipelined_reversed_segments, shapes=((1001,),), **QUICK)
+    assert not swapped and "wrong place" in swapped.message and "same place" in swapped.message, swapped
+
+
+def test_owner_prediction():
+    assert check_owner_prediction(2)
+    assert "starts" in check_owner_prediction(3).message
+    assert "last step" in check_owner_prediction(1).message
+    assert "0 to 3" in check_owner_prediction(7).message
+
+
+@pytest.mark.parametrize("answer, hint", [(1.75, "MiB"), (2 * (1 << 20), "limit"), (7 * (1 << 20) // 8, "reduce-scatter alone"),
+                                          (7 * (1 << 20), "naive root"), (14, "number of messages"),
+                                          (123, "not it")])
+def test_ring_bytes(answer, hint):
+    assert check_ring_bytes(2 * 7 / 8 * (1 << 20))
+    feedback = check_ring_bytes(answer)
+    assert not feedback and hint in feedback.message, feedback
+
+
+def test_busbw_answer():
+    assert check_busbw_answer("c")
+    assert "latency" in check_busbw_answer("a").message
+    assert "share" in check_busbw_answer("b").message
+    assert "'a', 'b' or 'c'" in check_busbw_answer("d").message
+
+
+def test_solutions_are_registered_and_the_ring_solution_runs():
+    for key in ("03.0", "03.1", "03.2", "03.3", "03.4"):
+        assert registry.get(key).solution
+    ring_from_text = reference("03.1")
+    assert ring_from_text.__name__ == "my_ring_allreduce"
+    with allreduce_edu.Cluster(3, transport="local") as cluster:
+        results = cluster.run(lambda comm: ring_from_text(comm, np.arange(7.0) * (comm.rank + 1)))
+    assert all(np.array_equal(r, np.arange(7.0) * 6) for r in results)
+
+
+def test_every_checker_answers_not_attempted_for_its_scaffold():
+    def my_ring_allreduce(comm, x):
+        """The scaffold, as lesson 03 ships it."""
+        ...
+
+    for feedback in (check_owner_prediction(None), check_ring_allreduce(my_ring_allreduce), check_ring_bytes(None),
+                     check_pipelined_ring(my_ring_allreduce), check_busbw_answer("?")):
+        assert not feedback and not feedback.attempted and "hint(" in feedback.message
+    assert reference("03.3").__name__ == "my_pipelined_ring"
+    assert check_pipelined_ring(reference("03.3"), shapes=((10,),), transport="local")

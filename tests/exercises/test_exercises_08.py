@@ -1,0 +1,184 @@
+"""Lesson 08's checkers: a right answer passes, typical wrong ones fail with a specific hint."""
+
+from __future__ import annotations
+
+import pytest
+
+import allreduce_edu
+from allreduce_edu.exercises import reference, registry
+from allreduce_edu.exercises.lesson08 import (
+    check_average_gradients,
+    check_bucketing_answer,
+    check_message_prediction,
+    messages_per_step,
+    solution,
+)
+
+
+def right(comm, grads):
+    return [allreduce_edu.allreduce(comm, g, op="sum") / comm.world_size for g in grads]
+
+
+def right_in_place(comm, grads):
+    for i, g in enumerate(grads):
+        grads[i] = allreduce_edu.allreduce(comm, g) / comm.world_size
+    return grads
+
+
+def forgot_to_divide(comm, grads):
+    return [allreduce_edu.allreduce(comm, g) for g in grads]
+
+
+def divided_twice(comm, grads):
+    return [allreduce_edu.allreduce(comm, g / comm.world_size) / comm.world_size for g in grads]
+
+
+def rebinds_loop_variable(comm, grads):
+    for g in grads:
+        g = allreduce_edu.allreduce(comm, g) / comm.world_size  # the mistake under test
+    return grads
+
+
+def divides_but_drops_the_result(comm, grads):
+    for g in grads:
+        g /= comm.world_size
+        allreduce_edu.allreduce(comm, g)
+    return grads
+
+
+def returns_nothing(comm, grads):
+    for i, g in enumerate(grads):
+        grads[i] = allreduce_edu.allreduce(comm, g) / comm.world_size
+
+
+def uses_max(comm, grads):
+    return [allreduce_edu.allreduce(comm, g, op="max") for g in grads]
+
+
+def only_some(comm, grads):
+    return [allreduce_edu.allreduce(comm, g) / comm.world_size for g in grads[:2]]
+
+
+def rank0_skips(comm, grads):
+    if comm.rank == 0:
+        return grads
+    return [allreduce_edu.allreduce(comm, g) / comm.world_size for g in grads]
+
+
+def whole_list(comm, grads):  # one all-reduce of the ragged list
+    return allreduce_edu.allreduce(comm, grads) / comm.world_size
+
+
+def comm_method(comm, grads):
+    return [comm.allreduce(g) / comm.world_size for g in grads]
+
+
+def mean_op(comm, grads):
+    return [allreduce_edu.allreduce(comm, g, op="mean") for g in grads]
+
+
+def forgot_comm(comm, grads):
+    return [allreduce_edu.allreduce(g) / comm.world_size for g in grads]
+
+
+def size_attribute(comm, grads):
+    return [allreduce_edu.allreduce(comm, g) / comm.size for g in grads]
+
+
+def floor_division(comm, grads):
+    return [allreduce_edu.allreduce(comm, g) // comm.world_size for g in grads]
+
+
+def flattened(comm, grads):
+    return [(allreduce_edu.allreduce(comm, g) / comm.world_size).ravel() for g in grads]
+
+
+def average_gradients(comm, grads):
+    """The scaffold as the lesson ships it."""
+    ...  # your code here, in place of `...`
+
+
+def test_average_gradients_passes():
+    feedback = check_average_gradients(right)
+    assert feedback and "same weights" in feedback.message and "per step" in feedback.message
+    assert check_average_gradients(right_in_place)
+
+
+@pytest.mark.parametrize("fn, hint", [
+    (forgot_to_divide, "forgot to divide"),
+    (divided_twice, "twice"),
+    (rebinds_loop_variable, "does not change the list"),
+    (divides_but_drops_the_result, "threw away"),
+    (returns_nothing, "returned None"),
+    (uses_max, "op=\"sum\""),
+    (only_some, "returned 2 arrays"),
+    (rank0_skips, "raised"),
+    (whole_list, "all-reduce each gradient on its own"),
+    (comm_method, "not a method of comm"),
+    (mean_op, "then divide by comm.world_size"),
+    (forgot_comm, "takes the communicator first"),
+    (size_attribute, "the number of ranks is comm.world_size"),
+    (floor_division, "Divide with /"),
+    (flattened, "keep every gradient's shape"),
+])
+def test_average_gradients_hints(fn, hint):
+    feedback = check_average_gradients(fn)
+    assert not feedback and hint in feedback.message, feedback
+
+
+def test_message_prediction():
+    assert check_message_prediction(140, 14)
+    assert check_message_prediction(2 * 5 * 2, 2 * 2, tensors=5, world_size=3)
+    assert check_message_prediction(140.0, 14.0)  # a whole number written as a float is fine
+    assert messages_per_step(10, 8, None) == 140 and messages_per_step(10, 8, 1 << 20) == 14
+
+
+@pytest.mark.parametrize("per_tensor, one_bucket, hint", [
+    (70, 14, "one phase"), (1120, 14, "rank 0's alone"), (160, 16, "not N"), (14, 14, "10 all-reduces"),
+    (140, 140, "ONE all-reduce"), (140, 7, "N-1 reduce-scatter"), (140, 1.5, "whole number"), (99, 14, "multiply"),
+    ("140", 14, "whole number"), (140, -14, "whole number"),
+])
+def test_message_prediction_hints(per_tensor, one_bucket, hint):
+    feedback = check_message_prediction(per_tensor, one_bucket)
+    assert not feedback and hint in feedback.message, feedback
+
+
+def test_bucketing_answer():
+    assert check_bucketing_answer("b") and check_bucketing_answer(" B ")
+    assert "where α and β" in check_bucketing_answer("a").message
+    assert "compressed" in check_bucketing_answer("c").message
+    assert "bucket of its own" in check_bucketing_answer("d").message
+    assert "'a', 'b', 'c' or 'd'" in check_bucketing_answer("e").message
+
+
+def test_the_scaffolds_are_not_attempts():
+    for feedback, exercise in ((check_average_gradients(average_gradients), "08.1"),
+                               (check_message_prediction(None, None), "08.2"),
+                               (check_message_prediction(140, None), "08.2"),  # half an answer
+                               (check_bucketing_answer("?"), "08.3")):
+        assert not feedback and not feedback.attempted, feedback
+        assert f'hint("{exercise}")' in feedback.message
+
+
+def test_solutions_exist(capsys):
+    for exercise in ("08.1", "08.2", "08.3"):
+        solution(exercise)
+    assert "world_size" in capsys.readouterr().out
+    for exercise, kind in (("08.1", "code"), ("08.2", "number"), ("08.3", "choice")):
+        ex = registry.get(exercise)
+        assert ex.kind == kind and ex.solution and len(ex.hints) >= (2 if kind == "code" else 1)
+    assert "140" in registry.get("08.2").solution and registry.get("08.3").solution.startswith("b")
+
+
+def test_the_solution_passes_its_checker():
+    fn = reference("08.1")
+    assert fn.__name__ == "average_gradients"
+    assert check_average_gradients(fn)
+
+
+@pytest.mark.parametrize("exercise", ["08.2", "08.3"])
+def test_the_key_cells_pass(exercise):
+    *body, last = registry.get(exercise).key.splitlines()
+    namespace = {}
+    exec("\n".join([*body, f"result = {last}"]), namespace)  # noqa: S102 - our own key
+    assert namespace["result"], namespace["result"]

@@ -1,0 +1,139 @@
+"""`allreduce-edu lessons`: each learner's own copy of the lessons, never overwritten; the wheel carries them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from allreduce_edu import course
+from allreduce_edu.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = [p.name for p in course.lesson_files()]
+
+
+def test_the_lessons_a_clone_ships_are_its_lessons_folder():
+    assert course.source_folder() == ROOT / "lessons"
+    assert SHIPPED[0] == "00_welcome.ipynb" and len(SHIPPED) >= 10
+
+
+def test_copy_adds_then_leaves_changed_lessons_alone(tmp_path, capsys):
+    folder = tmp_path / "mine"
+    assert main(["lessons", str(folder), "--no-lab"]) == 0
+    assert sorted(p.name for p in folder.glob("*.ipynb")) == SHIPPED
+    assert "added: 00_welcome.ipynb" in capsys.readouterr().out
+    mine = folder / "03_ring_allreduce.ipynb"
+    nb = course.read(mine)
+    nb["cells"][0]["source"] = ["my own notes\n"]
+    course.write(nb, mine)
+    (folder / "01_ranks_and_messages.ipynb").unlink()
+    assert main(["lessons", str(folder), "--no-lab"]) == 0
+    out = capsys.readouterr().out
+    assert "added: 01_ranks_and_messages.ipynb" in out
+    assert "left alone (you changed them): 03_ring_allreduce.ipynb" in out
+    assert course.read(mine)["cells"][0]["source"] == ["my own notes\n"]
+
+
+def test_reset_puts_a_fresh_copy_beside_never_over(tmp_path, capsys):
+    folder = tmp_path / "mine"
+    course.copy_lessons(folder)
+    mine = folder / "03_ring_allreduce.ipynb"
+    mine.write_text(mine.read_text().replace("ring", "RING", 1))
+    changed = mine.read_bytes()
+    for _ in range(2):
+        assert main(["lessons", str(folder), "--no-lab", "--reset", "03"]) == 0
+    assert mine.read_bytes() == changed
+    fresh = [folder / "03_ring_allreduce_fresh.ipynb", folder / "03_ring_allreduce_fresh2.ipynb"]
+    shipped = (ROOT / "lessons/03_ring_allreduce.ipynb").read_bytes()
+    assert all(p.read_bytes() == shipped for p in fresh)
+    assert "fresh copies, beside yours: 03_ring_allreduce_fresh2.ipynb" in capsys.readouterr().out
+
+
+def test_unchanged_lessons_follow_a_newer_release_changed_ones_do_not(tmp_path):
+    folder = tmp_path / "mine"
+    course.copy_lessons(folder)
+    manifest = json.loads((folder / course.MANIFEST).read_text())
+    for name, text in (("02_naive_allreduce.ipynb", "an older release"), ("04_tree_allreduce.ipynb", "older")):
+        (folder / name).write_text(text)  # as an older release delivered it ...
+        manifest[name] = course._digest(folder / name)
+    (folder / course.MANIFEST).write_text(json.dumps(manifest))
+    (folder / "04_tree_allreduce.ipynb").write_text("older, then changed by the learner")
+    report = course.copy_lessons(folder)
+    assert report.updated == ["02_naive_allreduce.ipynb"]
+    assert (folder / "02_naive_allreduce.ipynb").read_bytes() == (ROOT / "lessons/02_naive_allreduce.ipynb").read_bytes()
+    assert report.kept_newer == ["04_tree_allreduce.ipynb"]
+    assert (folder / "04_tree_allreduce.ipynb").read_text() == "older, then changed by the learner"
+
+
+def test_bad_reset_is_a_one_line_usage_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["lessons", str(tmp_path), "--no-lab", "--reset", "77"])
+    assert exit.value.code == 2
+    assert "no lesson 77" in capsys.readouterr().err
+
+
+def _wait_for_lab(proc, port: int, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read()
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=1):
+                return
+        except OSError as e:
+            if getattr(e, "code", None) == 403:  # up, and asking for its token
+                return
+            time.sleep(0.5)
+    raise AssertionError("JupyterLab did not come up")
+
+
+@pytest.mark.slow
+def test_a_wheel_installed_outside_the_repository_lays_out_lessons_that_run(tmp_path):
+    """As a learner with an instructor's wheel: install it in a fresh venv, get the lessons, run lesson 00."""
+    home = tmp_path / "home"  # far from the repository: nothing there to find by accident
+    home.mkdir()
+    venv = tmp_path / "learner-venv"
+    env = dict(os.environ, PATH=f"{venv / 'bin'}:{os.environ['PATH']}", JUPYTER_PLATFORM_DIRS="1",
+               HOME=str(home), PYTHONNOUSERSITE="1")
+    env.pop("PYTHONPATH", None)  # a path to a checkout would make pip think the package is installed
+    pip_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # ... and pip keeps its cache
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)],
+                   check=True, timeout=600, env=pip_env, cwd=tmp_path)
+    wheel = next(wheels.glob("allreduce_edu-*.whl"))
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=pip_env)
+    py = venv / "bin" / "python"
+    subprocess.run([str(py), "-m", "pip", "install", "-q", str(wheel)], check=True, timeout=1200,
+                   env=pip_env, cwd=tmp_path)
+    port = 20000 + os.getpid() % 20000
+    lab = subprocess.Popen([str(venv / "bin" / "allreduce-edu"), "lessons", "course", "--no-browser",
+                            "--port", str(port)], cwd=home, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_for_lab(lab, port, time.monotonic() + 120)
+    finally:
+        lab.terminate()
+        lab.wait(30)
+    folder = home / "course"
+    assert sorted(p.name for p in folder.glob("*.ipynb")) == SHIPPED
+    where = subprocess.run([str(py), "-c", "import allreduce_edu.course as c; print(c.source_folder())"],
+                           cwd=home, env=env, capture_output=True, text=True, check=True).stdout.strip()
+    assert where.startswith(str(venv)), where  # the wheel's own copy, not this repository's
+    ran = subprocess.run([str(venv / "bin" / "jupyter"), "nbconvert", "--to", "notebook", "--execute",
+                          "--output", "ran.ipynb", str(folder / "00_welcome.ipynb")], cwd=home, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert not course.errors(course.read(folder / "ran.ipynb"))
+    mine = folder / "00_welcome.ipynb"
+    nb = course.read(mine)
+    nb["cells"][0]["source"] = ["# my notes\n"]
+    course.write(nb, mine)
+    again = subprocess.run([str(venv / "bin" / "allreduce-edu"), "lessons", "course", "--no-lab"], cwd=home,
+                           env=env, capture_output=True, text=True, check=True)
+    assert "left alone (you changed them): 00_welcome.ipynb" in again.stdout
+    assert course.read(mine)["cells"][0]["source"] == ["# my notes\n"]

@@ -1,0 +1,82 @@
+"""The package's shape: imports run one way, modules stay small, each layer imports only what is below it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "allreduce_edu"
+GENERATED = {"_proto/rank_pb2.py", "_proto/rank_pb2_grpc.py"}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports(name: str) -> set[str]:
+    """Every module of the package that `name` imports, at any depth of its code (function-level too)."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")
+            base = base[:len(base) - node.level + 1] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            for alias in node.names:
+                candidate = f"{target}.{alias.name}"
+                found.add(candidate if candidate in MODULES else target)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return {m for m in found if m in MODULES and m != name}
+
+
+def test_no_import_cycle_inside_the_package():
+    graph = {name: imports(name) for name in MODULES}
+    visiting, done, cycle = set(), set(), []
+
+    def visit(name, path):
+        if name in done or cycle:
+            return
+        if name in visiting:
+            cycle.extend(path[path.index(name):] + [name])
+            return
+        visiting.add(name)
+        for dep in sorted(graph[name]):
+            # a package's __init__ importing its own submodules is how packages work, not a cycle
+            if not dep.startswith(name + ".") and not name.startswith(dep + "."):
+                visit(dep, path + [name])
+        visiting.discard(name)
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name, [])
+    assert not cycle, " → ".join(cycle)
+
+
+def test_the_leaves_import_nothing_of_the_package():
+    for leaf in ("allreduce_edu.trace", "allreduce_edu.ops", "allreduce_edu.costmodel", "allreduce_edu.kernels"):
+        assert imports(leaf) <= {"allreduce_edu.ops"}, f"{leaf} imports {imports(leaf)}"
+    assert imports("allreduce_edu.trace") == set()
+
+
+def test_comm_imports_neither_collectives_nor_viz_nor_runtime():
+    for name in MODULES:
+        if name.startswith("allreduce_edu.comm"):
+            above = {m for m in imports(name) if m.split(".")[1] in ("collectives", "viz", "runtime", "bench")}
+            assert not above, f"{name} imports {above}"
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_hand_written_modules_stay_under_300_lines(name):
+    path = MODULES[name]
+    if str(path.relative_to(PACKAGE)) in GENERATED:
+        return
+    lines = len(path.read_text().splitlines())
+    assert lines <= 300, f"{path.relative_to(PACKAGE.parent)} has {lines} lines: split it by idea"

@@ -1,0 +1,25 @@
+"""The README's promises, run as written: the ten-line example and the two commands' shape."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def test_the_ten_lines_run_as_they_are(capsys):
+    section = README[README.index("## In ten lines"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S)[1]
+    exec(compile(code, "README.md", "exec"), {"__name__": "__readme__"})  # noqa: S102 - our own README
+    out = capsys.readouterr().out
+    assert "[array([2.5, 2.5, 2.5, 2.5])" in out  # (1 + 2 + 3 + 4) / 4 on every rank
+    assert "Trace(" in out or "rank 0 →" in out
+
+
+def test_the_two_commands_are_a_fresh_setup_each():
+    commands = re.findall(r"```bash\n# .*\n(python3 -m venv .*)\n```", README)
+    assert commands[0].endswith("pip install -e . && allreduce-edu lessons")
+    assert commands[1].endswith('pip install -e ".[test]" && python -m pytest -ra')
+    assert "python -m pytest -p no:cacheprovider -ra" in (ROOT / ".ci" / "run").read_text()
