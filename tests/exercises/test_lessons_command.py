@@ -124,11 +124,12 @@ def test_a_wheel_installed_outside_the_repository_lays_out_lessons_that_run(tmp_
     where = subprocess.run([str(py), "-c", "import allreduce_edu.course as c; print(c.source_folder())"],
                            cwd=home, env=env, capture_output=True, text=True, check=True).stdout.strip()
     assert where.startswith(str(venv)), where  # the wheel's own copy, not this repository's
-    ran = subprocess.run([str(venv / "bin" / "jupyter"), "nbconvert", "--to", "notebook", "--execute",
-                          "--output", "ran.ipynb", str(folder / "00_welcome.ipynb")], cwd=home, env=env,
-                         capture_output=True, text=True, timeout=600)
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    assert not course.errors(course.read(folder / "ran.ipynb"))
+    for lesson in ("00_welcome", "01_ranks_and_messages"):  # 01 shows rank.proto: the wheel carries it
+        ran = subprocess.run([str(venv / "bin" / "jupyter"), "nbconvert", "--to", "notebook", "--execute",
+                              "--output", f"{lesson}_ran.ipynb", str(folder / f"{lesson}.ipynb")], cwd=home,
+                             env=env, capture_output=True, text=True, timeout=600)
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        assert not course.errors(course.read(folder / f"{lesson}_ran.ipynb"))
     mine = folder / "00_welcome.ipynb"
     nb = course.read(mine)
     nb["cells"][0]["source"] = ["# my notes\n"]
