@@ -9,7 +9,7 @@ _SOURCE = _HERE.parents[1] / "protos" / "allreduce_edu" / "_proto" / "rank.proto
 
 
 def proto_file() -> Path:
-    """rank.proto: a clone's protos/ source, else the copy an installed wheel carries beside the stubs."""
+    """rank.proto: a clone's protos/ source, else the copy a wheel carries beside the stubs."""
     for path in (_SOURCE, _HERE / "rank.proto"):
         if path.exists():
             return path
