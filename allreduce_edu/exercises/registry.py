@@ -73,22 +73,30 @@ def exercise(id: str, title: str, *, kind: str, hints=(), solution: str, key: st
                       explanation.strip(), function, dict(needs or {}),
                       todo or _default_todo(kind, function, names))
 
-        @functools.wraps(check)
-        def checked(*args, **kwargs) -> Feedback:
+        def verdict(*args, **kwargs) -> tuple[list, Feedback]:
             bound = signature.bind_partial(*args, **kwargs)
             values = [bound.arguments.get(name) for name in names]
             if any(unanswered(v) for v in values):
-                return not_attempted(f"{ex.todo} Stuck? hint(\"{id}\") gives a first hint.")
+                return values, not_attempted(f"{ex.todo} Stuck? hint(\"{id}\") gives a first hint.")
             try:
-                feedback = check(*args, **kwargs)
+                return values, check(*args, **kwargs)
             except Exception as e:  # noqa: BLE001 - a strange answer gets feedback, not a traceback
-                feedback = failed(f"the checker could not use your answer ({type(e).__name__}: "
-                                  f"{e}); look at what the exercise asks for and its type.")
-            ex.last = (values[0], feedback)
-            _progress.record(id, "passed" if feedback.passed else "attempted")
+                return values, failed(f"the checker could not use your answer ({type(e).__name__}: "
+                                      f"{e}); look at what the exercise asks for and its type.")
+
+        @functools.wraps(check)
+        def checked(*args, **kwargs) -> Feedback:
+            values, feedback = verdict(*args, **kwargs)
+            if feedback.attempted:
+                ex.last = (values[0], feedback)
+                _progress.record(id, "passed" if feedback.passed else "attempted")
             return feedback
 
-        checked.exercise = ex
+        def demo(*args, **kwargs) -> Feedback:
+            """The verdict on an answer the lesson shows (a buggy one, say): not your attempt."""
+            return verdict(*args, **kwargs)[1]
+
+        checked.exercise, checked.demo = ex, demo
         ex.check = checked
         EXERCISES[id] = ex
         return checked

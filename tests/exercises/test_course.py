@@ -161,3 +161,13 @@ def test_pictures_fit_a_jupyterlab_column(lesson):
                 inside = not inside
             elif inside:
                 assert len(line) <= 90, f"lesson {lesson}, cell {i}: {len(line)} columns: {line[:50]}…"
+
+
+def test_a_demonstration_gets_the_verdict_without_counting_as_an_attempt(tmp_path, monkeypatch):
+    monkeypatch.setenv("ALLREDUCE_EDU_DATA_DIR", str(tmp_path))
+    from allreduce_edu.exercises.lesson03 import check_busbw_answer
+
+    assert "latency" in check_busbw_answer.demo("a").message
+    assert not (tmp_path / "progress.json").exists()
+    assert not check_busbw_answer.demo("?").attempted
+    assert not check_busbw_answer("a") and (tmp_path / "progress.json").exists()
