@@ -1,8 +1,8 @@
-"""The lessons ship inside the package: the repository's lessons/ folder is allreduce_edu.lessons.
+"""The lessons ship inside the package: lessons/ is allreduce_edu.lessons, examples/ allreduce_edu.examples.
 
-Everything else about the project is in pyproject.toml; setup.py only maps that one folder, which
+Everything else about the project is in pyproject.toml; setup.py only maps those folders, which
 pyproject.toml's package discovery cannot express, and puts a copy of protos/'s rank.proto beside
-the stubs generated from it, so lesson 01 can show the contract from an installed wheel too.
+the stubs generated from it, so lessons 01 and 09 work from an installed wheel too.
 """
 
 import shutil
@@ -23,8 +23,8 @@ class BuildWithProto(build_py):
 
 
 setup(
-    packages=find_packages(include=["allreduce_edu*"]) + ["allreduce_edu.lessons"],
-    package_dir={"allreduce_edu.lessons": "lessons"},
+    packages=find_packages(include=["allreduce_edu*"]) + ["allreduce_edu.lessons", "allreduce_edu.examples"],
+    package_dir={"allreduce_edu.lessons": "lessons", "allreduce_edu.examples": "examples"},
     package_data={"allreduce_edu.lessons": ["[0-9][0-9]_*.ipynb", "nbval_sanitize.cfg"]},
     cmdclass={"build_py": BuildWithProto},
 )

@@ -32,6 +32,15 @@ def source_folder() -> Path:
     raise FileNotFoundError(f"no lessons found beside {here}: reinstall allreduce-edu")
 
 
+def example_file(name: str) -> Path:
+    """A script from examples/ (lesson 09 launches one): a clone's folder, else the wheel's copy."""
+    here = Path(__file__).resolve().parent
+    for path in (here.parent / "examples" / name, here / "examples" / name):
+        if path.exists():
+            return path
+    raise FileNotFoundError(f"no example {name!r} beside {here}: reinstall allreduce-edu")
+
+
 def lesson_files(folder: Path | None = None) -> list[Path]:
     """The numbered lessons, in order (00_welcome.ipynb, 01_..., ...)."""
     return sorted(p for p in Path(folder or source_folder()).glob("[0-9][0-9]_*.ipynb"))
