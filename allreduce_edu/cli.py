@@ -12,7 +12,7 @@ import numpy as np
 
 from . import bench, course
 from .collectives import ALGORITHMS, allreduce
-from .runtime import Cluster, launch
+from .runtime import Cluster, launch, limits
 from .runtime.limits import check_world_size
 from .trace import format_bytes
 
@@ -195,31 +195,39 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "lessons":
         return lessons(args, parser.commands["lessons"])
-    try:
-        if args.command == "launch":
-            check_world_size(args.nproc_per_node, True, args.max_ranks, what="-n")
-            return launch.run_from_args(args)
-        if args.command == "demo":
-            check_world_size(args.world_size, args.transport != "local", args.max_ranks, what="-n")
-            return 0 if demo(args.world_size, args.count, transport=args.transport) else 1
-        return bench_command(args)
-    except ValueError as e:  # every bad value: one line, exit 2
+    try:  # every bad value: one line, exit 2, before anything starts
+        run = plan(args)
+    except ValueError as e:
         parser.commands[args.command].error(str(e))
+    try:
+        return run()
+    except KeyboardInterrupt:
+        print(f"allreduce-edu {args.command}: interrupted; every rank it started was stopped",
+              file=sys.stderr)
+        return 130
 
 
-def bench_command(args) -> int:
-    """`allreduce-edu bench`: check every argument, then run the table
-    (ValueError: a bad argument)."""
+def plan(args):
+    """Check every argument (ValueError names the bad one), then return the run as a callable."""
+    if getattr(args, "max_ranks", None):  # reaches every Cluster and launch this run starts
+        os.environ[limits.ENV] = str(args.max_ranks)
+    if args.command == "launch":
+        check_world_size(args.nproc_per_node, True, what="-n")
+        launch.check_arguments(args)
+        return lambda: launch.run_from_args(args)
+    if args.command == "demo":
+        check_world_size(args.world_size, args.transport != "local", what="-n")
+        return lambda: 0 if demo(args.world_size, args.count, transport=args.transport) else 1
     if args.op == "layernorm":
         if args.dtype not in ("float32", "float64"):
             raise ValueError(f"--op layernorm needs --dtype float32 or float64, got {args.dtype}")
         if min(args.hidden) < 1 or min(args.rows) < 0:
             raise ValueError(f"--rows takes counts >= 0 and --hidden sizes >= 1, "
                              f"got {args.rows}, {args.hidden}")
-        check_world_size(args.world_size, args.transport != "local", args.max_ranks, what="-n")
+        check_world_size(args.world_size, args.transport != "local", what="-n")
         from .bench import fused
-        return fused.report(args.world_size, args.transport, args.rows, args.hidden, args.dtype,
-                            args.iters, args.warmup)
+        return lambda: fused.report(args.world_size, args.transport, args.rows, args.hidden,
+                                    args.dtype, args.iters, args.warmup)
     algorithms = [a.strip() for a in args.algorithm.split(",") if a.strip()]
     unknown = [a for a in algorithms if a not in ALGORITHMS]
     if unknown or not algorithms:
@@ -235,9 +243,13 @@ def bench_command(args) -> int:
             raise ValueError("--peer times an engine's own network: "
                              "it cannot cross the emulated --topology")
         args.world_size = nodes * per_node
-    check_world_size(args.world_size, args.transport != "local", args.max_ranks, what="-n")
-    with Cluster(args.world_size, transport=args.transport, links=links,
-                 max_ranks=args.max_ranks) as cluster:
+    check_world_size(args.world_size, args.transport != "local", what="-n")
+    return lambda: bench_command(args, algorithms, sizes, links)
+
+
+def bench_command(args, algorithms, sizes, links) -> int:
+    """`allreduce-edu bench`, its arguments checked: the table, then the peers' rows."""
+    with Cluster(args.world_size, transport=args.transport, links=links) as cluster:
         print(f"# allreduce-edu bench: {args.world_size} ranks over {args.transport}, "
               f"dtype {args.dtype}, iters {args.iters}, warmup {args.warmup}"
               + (f"; emulated links: {links}" if links else ""), flush=True)

@@ -22,11 +22,8 @@ from .rendezvous import ENV, local_address, read_token
 from .worker import GRACE
 
 
-def launch(argv: list[str], nproc: int, nnodes: int = 1, node_rank: int = 0,
-           rendezvous: str | None = None, host: str | None = None, timeout: float = 30.0,
-           rendezvous_timeout: float = 60.0) -> int:
-    """Run `python *argv` as ranks node_rank·nproc ... node_rank·nproc + nproc-1; 0 if all succeed,
-    else the first failing rank's exit code (the other ranks are stopped at once)."""
+def _checked(nproc: int, nnodes: int, node_rank: int, rendezvous: str | None, host: str | None):
+    """(token, rendezvous host, port text) for a launch; ValueError naming what is wrong with it."""
     if nproc < 1 or nnodes < 1 or not 0 <= node_rank < nnodes:
         raise ValueError(f"need -n >= 1, --nnodes >= 1 and 0 <= --node-rank < --nnodes; "
                          f"got {nproc}, {nnodes}, {node_rank}")
@@ -43,6 +40,20 @@ def launch(argv: list[str], nproc: int, nnodes: int = 1, node_rank: int = 0,
     if nnodes > 1 and not (port.isdigit() and int(port) > 0):
         raise ValueError(f"--rendezvous {rendezvous!r} needs a port, the same on every node, "
                          f"e.g. {master}:29500")
+    return token, master, port
+
+
+def check_arguments(args) -> None:
+    """ValueError, before anything starts, for `allreduce-edu launch` options that cannot work."""
+    _checked(args.nproc_per_node, args.nnodes, args.node_rank, args.rendezvous, args.host)
+
+
+def launch(argv: list[str], nproc: int, nnodes: int = 1, node_rank: int = 0,
+           rendezvous: str | None = None, host: str | None = None, timeout: float = 30.0,
+           rendezvous_timeout: float = 60.0) -> int:
+    """Run `python *argv` as ranks node_rank·nproc ... node_rank·nproc + nproc-1; 0 if all succeed,
+    else the first failing rank's exit code (the other ranks are stopped at once)."""
+    token, master, port = _checked(nproc, nnodes, node_rank, rendezvous, host)
     port = int(port or 0) or _free_port(master)
     host = host or (master if node_rank == 0 else local_address(master))
     env = dict(os.environ, WORLD_SIZE=str(nnodes * nproc), LOCAL_WORLD_SIZE=str(nproc),

@@ -93,3 +93,37 @@ def test_help_lists_every_subcommand_and_each_subcommand_its_options(capsys):
         for action in parser.commands[command]._actions:
             assert all(option in sub for option in action.option_strings)
             assert action.help or action.dest == "help", f"{command} {action.dest} has no help"
+
+
+def test_max_ranks_reaches_the_cluster_the_command_starts(monkeypatch, capsys):
+    monkeypatch.setattr(limits, "limit", lambda processes=True: (2, "a test's tiny machine"))
+    monkeypatch.delenv(limits.ENV, raising=False)
+    with pytest.raises(SystemExit):
+        main(["demo", "-n", "3", "--transport", "local", "--count", "10"])
+    assert "at most 2 (a test's tiny machine)" in capsys.readouterr().err
+    try:
+        assert main(["demo", "-n", "3", "--transport", "local", "--count", "10", "--max-ranks", "3"]) == 0
+    finally:
+        monkeypatch.delenv(limits.ENV, raising=False)  # main sets it for the ranks it starts
+    assert "ring" in capsys.readouterr().out
+
+
+def test_an_error_while_running_is_not_a_usage_error(monkeypatch):
+    import allreduce_edu.cli as cli
+
+    def broken(*args, **kwargs):
+        raise ValueError("rank 1: a message over the limit")
+    monkeypatch.setattr(cli, "demo", broken)
+    with pytest.raises(ValueError, match="rank 1"):  # the traceback names the rank, not --help
+        main(["demo", "-n", "2", "--transport", "local"])
+
+
+def test_ctrl_c_during_a_command_is_one_line_and_exit_130(monkeypatch, capsys):
+    import allreduce_edu.cli as cli
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "demo", interrupted)
+    assert main(["demo", "-n", "2", "--transport", "local"]) == 130
+    assert capsys.readouterr().err.strip() == ("allreduce-edu demo: interrupted; every rank it started "
+                                               "was stopped")
