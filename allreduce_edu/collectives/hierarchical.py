@@ -29,8 +29,14 @@ def node_size(comm) -> int:
 
 def hierarchical(comm, x: np.ndarray, op: str = "sum", ranks_per_node: int | None = None,
                  inter: str = "ring"):
-    """The algorithm's body: L ranks per node (default: `node_size(comm)`),
-    `inter` among the nodes."""
+    """The algorithm, with L ranks per node (default: `node_size(comm)`) and `inter` among the
+    nodes; one collective of the whole world (its groups' messages belong to it)."""
+    with comm.collective("allreduce", algorithm="hierarchical", op=op, dtype=x.dtype,
+                         shape=x.shape):
+        return _phases(comm, x, op, ranks_per_node, inter)
+
+
+def _phases(comm, x: np.ndarray, op: str, ranks_per_node: int | None, inter: str) -> np.ndarray:
     n = comm.world_size
     size = ranks_per_node or node_size(comm)
     size = size if n % size == 0 else n

@@ -3,12 +3,11 @@ Lessons 05 and 09.
 
 MPI calls it `Comm_split`, torch.distributed `new_group`, NCCL `ncclCommSplit`: ranks renumbered
 0..len(ranks)-1, and every message tag prefixed with the group's name, so two groups that share
-ranks never take each other's messages. Any algorithm runs on a Group as on the world.
+ranks never take each other's messages. Inside a collective of the whole world (the hierarchical
+all-reduce's phases), any algorithm runs on a Group as on the world.
 """
 
 from __future__ import annotations
-
-from .base import Communicator
 
 
 class Group:
@@ -43,8 +42,10 @@ class Group:
                                     **kw)
 
     def collective(self, *args, **kwargs):
-        """Inside the parent's collective (the usual case), part of it;
-        else a collective of the parent's."""
+        """Part of the collective the whole world is in: only some ranks are in a group, so a
+        collective of the group alone would put the world's ranks out of step."""
+        if self.parent._signature is None:
+            raise RuntimeError(f"rank {self.parent.rank}: a collective on {self!r} must run inside "
+                               f"a collective of the whole world (as the hierarchical all-reduce's "
+                               f"phases do)")
         return self.parent.collective(*args, **kwargs)
-
-    barrier = Communicator.barrier  # the same dissemination rounds, over this group's sendrecv

@@ -114,7 +114,7 @@ class Cluster:
         except KeyboardInterrupt:
             running = [r for r in range(self.world_size) if r not in reports]
             replaced = self._stop(reports, CollectiveAborted("the caller interrupted cluster.run"))
-            interrupted = _interrupted(fn, running, replaced, self.world_size)
+            interrupted = _interrupted(fn, running, replaced, self.world_size, self.transport)
         finally:
             self._world.finish()
             self.trace = Trace.merge([Trace(r.events, r.receives, r.dropped)
@@ -164,7 +164,8 @@ class Cluster:
         return stuck
 
 
-def _interrupted(fn, running: list[int], replaced: list[int], world_size: int) -> str:
+def _interrupted(fn, running: list[int], replaced: list[int], world_size: int,
+                 transport: str) -> str:
     """The one paragraph a learner reads after interrupting cluster.run:
     what stopped, what was replaced."""
     name = getattr(fn, "__name__", "fn")
@@ -175,7 +176,9 @@ def _interrupted(fn, running: list[int], replaced: list[int], world_size: int) -
     if not replaced:
         return (f"cluster.run({name}) was interrupted: rank(s) {ranks} stopped their collective; "
                 f"the same {world_size} rank processes are ready for the next run.")
+    fresh = ("threads (a thread cannot be killed: the stuck one runs on, detached)"
+             if transport == "local" else "processes (new PIDs and ports)")
     return (f"cluster.run({name}) was interrupted: rank(s) {', '.join(map(str, replaced))} "
             f"did not stop within {GRACE:g} s (busy outside any collective), "
-            f"so all {world_size} ranks were replaced by fresh processes (new PIDs and ports); "
+            f"so all {world_size} ranks were replaced by fresh {fresh}; "
             f"the cluster is ready for the next run.")

@@ -25,6 +25,7 @@ import cloudpickle
 import numpy as np
 
 from .failures import print_outputs, root_cause
+from .limits import check_world_size
 from .shipping import ship
 from .worker import GRACE
 
@@ -58,12 +59,13 @@ def run_on_engine(fn, engine: str = "mpi", world_size: int = 3, *args, timeout: 
     # `comm_timeout` bounds each wait for a peer (≤ 30 s by default)
     if missing(engine):
         raise RuntimeError(f"cannot run on {engine}: {missing(engine)}")
+    check_world_size(world_size)  # mpirun --oversubscribe would start any number
     comm_timeout = comm_timeout or min(30.0, timeout / 3)
     with tempfile.TemporaryDirectory(prefix="allreduce-edu-engine-") as folder:
         Path(folder, "call.pkl").write_bytes(ship(fn, args, {}))
         Path(folder, "spec.json").write_text(json.dumps({"engine": engine,
                                                          "comm_timeout": comm_timeout}))
-        entry = ["-m", "allreduce_edu.runtime.worker", folder]
+        entry = ["-m", "allreduce_edu.runtime", folder]
         if engine == "mpi":
             from ..comm.mpi import mpirun_command
             command = mpirun_command(world_size) + [sys.executable, *entry]

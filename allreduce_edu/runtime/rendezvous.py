@@ -16,6 +16,7 @@ import socket
 import sys
 import threading
 import time
+import traceback
 
 import grpc
 
@@ -67,9 +68,11 @@ def init(timeout: float | None = None) -> GrpcCommunicator:
     comm.ranks_per_node = int(env.get("LOCAL_WORLD_SIZE", world_size))
     # at exit, before Python joins gRPC's server threads (which wait for the peers' streams to end)
     getattr(threading, "_register_atexit", atexit.register)(shutdown, comm)
-    become_rank(rank, world_size, int(env.get(ENV + "LAUNCHER_PID", "0")) or None, "launch",
-                interruptible=True)
-    sys.excepthook = _brief_collective_errors(sys.excepthook)
+    launcher = int(env.get(ENV + "LAUNCHER_PID", "0")) or None
+    if launcher or world_size > 1:  # a script run alone stays the user's own process
+        become_rank(rank, world_size, launcher, "launch", interruptible=True,
+                    sharing=int(env.get("LOCAL_WORLD_SIZE", world_size)))
+        sys.excepthook = _brief_collective_errors(sys.excepthook)
     # rendezvous: rank 0 collects every rank's address, every other rank asks it for the table
     if world_size > 1:
         if rank == 0:
@@ -220,12 +223,13 @@ def local_address(towards: str) -> str:
 
 
 def _brief_collective_errors(hook):
-    """An excepthook for launched ranks: a rank that fails because of another (a dead peer,
-    a stopped or mismatched collective) says so in one line;
-    the rank that failed first shows its whole traceback."""
+    """An excepthook for launched ranks: a collective that failed (a dead peer, a stopped, late or
+    mismatched collective) is one line and the place in the script that called it; any other
+    error, the script's own, shows its whole traceback."""
     def excepthook(kind, error, tb):
-        if isinstance(error, CollectiveError):
-            print(f"{kind.__name__}: {str(error).splitlines()[0]}", file=sys.stderr, flush=True)
-        else:
-            hook(kind, error, tb)
+        if not isinstance(error, CollectiveError):
+            return hook(kind, error, tb)
+        frames = [f for f in traceback.extract_tb(tb) if "allreduce_edu" not in f.filename]
+        where = f" (at {frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
+        print(f"{kind.__name__}: {str(error).splitlines()[0]}{where}", file=sys.stderr, flush=True)
     return excepthook

@@ -85,11 +85,11 @@ LOG = DeferredLog()
 
 
 def become_rank(rank: int, world_size: int, parent: int | None, role: str, *,
-                interruptible: bool = False) -> None:
+                interruptible: bool = False, sharing: int | None = None) -> None:
     """What every rank process does first: show as `allreduce-edu rank R/N (role)` in ps,
-    share the cores, hand the GIL over often, exit when `parent` (the pid that started it) is gone;
-    unless `interruptible` (a launched script), also survive the notebook's Ctrl-C and keep its logs
-    for its next report."""
+    share the cores with the `sharing` ranks of this machine (default: all), hand the GIL over
+    often, exit when `parent` (the pid that started it) is gone; unless `interruptible` (a launched
+    script), also survive the notebook's Ctrl-C and keep its logs for its next report."""
     setproctitle.setproctitle(f"allreduce-edu rank {rank}/{world_size} "
                               f"({role}; parent pid {parent or '-'})")
     if not interruptible:
@@ -100,7 +100,8 @@ def become_rank(rank: int, world_size: int, parent: int | None, role: str, *,
         # never to the inherited stderr: in Jupyter it would land in whichever cell runs
         logger.propagate = False
     # ranks share this machine's cores: give each rank's Numba kernels its share, not all of them
-    os.environ.setdefault("NUMBA_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world_size)))
+    share = max(1, (os.cpu_count() or 1) // (sharing or world_size))
+    os.environ.setdefault("NUMBA_NUM_THREADS", str(share))
     sys.setswitchinterval(2e-4)  # hand the GIL over often: gRPC threads and the algorithm share it
     if parent:
         threading.Thread(target=_watch_parent, args=(parent,), name="parent-watch",
@@ -119,23 +120,23 @@ def main(start) -> None:
 
     ClusterStart: a Cluster's rank, a gRPC server that runs what arrives over its pipe
     until told to close.
-    EngineStart (`python -m allreduce_edu.runtime.worker FOLDER`): an MPI or gloo rank of
-    run_on_engine, which runs the one call in FOLDER and writes its report there.
+    EngineStart (`python -m allreduce_edu.runtime FOLDER`): an MPI or gloo rank of
+    run_on_engine, which runs the one call in FOLDER, on its main thread, and reports there.
     """
     comm = start.connect()
     if comm is None:
         return
-    worker = None
     for kind, body in start.commands():
         if kind == "run":
             run_id, epoch, payload = body
             # here, not in the worker: an abort that follows must not be undone
             comm.begin_run(epoch)
+            if start.one_shot:  # an engine rank: on the main thread, as engines want it
+                _run(comm, run_id, payload, start.reply)
+                continue
             worker = threading.Thread(target=_run, args=(comm, run_id, payload, start.reply),
                                       name=f"rank{comm.rank}-run{run_id}", daemon=True)
             worker.start()
-            if start.one_shot:
-                worker.join()
         elif kind == "abort":
             comm.abort(body)
     start.close(comm)
@@ -255,7 +256,3 @@ class EngineStart:
             os._exit(1)  # the launcher (or mpirun) stops the other ranks at once
         comm.barrier()  # nobody leaves while a peer may still read from it
         comm.close()
-
-
-if __name__ == "__main__":
-    main(EngineStart(sys.argv[1]))

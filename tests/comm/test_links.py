@@ -190,3 +190,16 @@ def test_bench_on_a_2x2_topology_prints_the_model_beside_the_measured_rows(tmp_p
     assert rows["hierarchical"]["model_us"] < rows["ring"]["model_us"] < rows["tree"]["model_us"]
     for name in ("ring", "hierarchical"):  # the links dominate the in-process transport: measured ≈ model
         assert rows[name]["model_us"] < rows[name]["time_us"] < 3 * rows[name]["model_us"]
+
+
+def test_a_group_collective_outside_a_world_collective_is_refused(transport):
+    from allreduce_edu.comm.group import Group
+
+    def alone(comm):
+        group = Group(comm, [0, 1], "pair") if comm.rank < 2 else None
+        if group is not None:
+            ae.allreduce(group, np.ones(2))  # would put ranks 0, 1 out of step with 2, 3
+
+    with pytest.raises(RuntimeError, match="must run inside a collective of the whole world"):
+        cluster_for(transport, 4).run(alone)
+    cluster_for(transport, 4).run(lambda comm: ae.allreduce(comm, np.ones(2)))  # the world still works

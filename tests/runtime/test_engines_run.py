@@ -47,7 +47,7 @@ def need(engine):
 def engine_processes() -> list[str]:
     """Processes this machine runs for run_on_engine (ranks, launchers, mpirun)."""
     ps = subprocess.run(["ps", "-eo", "pid,args"], check=False, capture_output=True, text=True).stdout.splitlines()
-    ours = [line for line in ps if "allreduce_edu.runtime.worker" in line and sys.executable in line]  # launchers
+    ours = [line for line in ps if "allreduce_edu.runtime " in line and sys.executable in line]  # launchers
     return ours + [line for line in ps if "allreduce-edu rank" in line and " engine;" in line]  # ranks, by title
 
 
