@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SYMBOLS = {"passed": "✓", "failed": "✗", "not attempted": "○"}
+SYMBOLS = {"passed": "✓", "failed": "✗", "not attempted": "○", "check failed": "⚠"}
 
 
 @dataclass(frozen=True)
@@ -14,7 +14,7 @@ class Feedback:
 
     passed: bool
     message: str
-    status: str = ""  # "passed" | "failed" | "not attempted"; derived from `passed` when left empty
+    status: str = ""  # passed | failed | not attempted | check failed (default: from `passed`)
 
     def __post_init__(self):
         if not self.status:

@@ -43,20 +43,31 @@ def load() -> dict[str, dict]:
 
 def record(exercise: str, status: str) -> None:
     """Count an attempt at `exercise`; its status only moves forward (attempted, then passed)."""
-    data = load()
-    entry = data.get(exercise, {})
-    old = entry.get("status", "not started")
-    best = max(old, status, key=lambda s: STATUSES.index(s) if s in STATUSES else 0)
-    data[exercise] = {"status": best, "attempts": int(entry.get("attempts", 0)) + 1,
-                      "when": round(time.time())}
     path = progress_file()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        scratch = path.with_suffix(f".{os.getpid()}.tmp")
-        scratch.write_text(json.dumps(data, indent=1, sort_keys=True))
-        scratch.replace(path)  # whole or not at all, even with two notebooks checking at once
+        with open(path.with_suffix(".lock"), "w") as lock:  # two notebooks at once: in turn
+            _lock(lock)
+            data = load()
+            entry = data.get(exercise, {})
+            old = entry.get("status", "not started")
+            best = max(old, status, key=lambda s: STATUSES.index(s) if s in STATUSES else 0)
+            data[exercise] = {"status": best, "attempts": int(entry.get("attempts", 0)) + 1,
+                              "when": round(time.time())}
+            scratch = path.with_suffix(f".{os.getpid()}.tmp")
+            scratch.write_text(json.dumps(data, indent=1, sort_keys=True))
+            scratch.replace(path)  # whole or not at all
     except OSError as e:  # a read-only home must not break a checker
         warnings.warn(f"allreduce-edu could not save your progress to {path}: {e}", stacklevel=3)
+
+
+def _lock(file) -> None:
+    """Hold an exclusive lock on `file` until it closes (where the platform has flock)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: one notebook at a time is the common case
+        return
+    fcntl.flock(file, fcntl.LOCK_EX)
 
 
 def reset() -> None:

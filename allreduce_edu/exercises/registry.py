@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import progress as _progress
-from .feedback import Feedback, failed, not_attempted
+from .feedback import Feedback, not_attempted
 
 # write a function, predict a number, pick a letter, fill in names
 KINDS = ("code", "number", "choice", "names")
@@ -80,14 +80,17 @@ def exercise(id: str, title: str, *, kind: str, hints=(), solution: str, key: st
                 return values, not_attempted(f"{ex.todo} Stuck? hint(\"{id}\") gives a first hint.")
             try:
                 return values, check(*args, **kwargs)
-            except Exception as e:  # noqa: BLE001 - a strange answer gets feedback, not a traceback
-                return values, failed(f"the checker could not use your answer ({type(e).__name__}: "
-                                      f"{e}); look at what the exercise asks for and its type.")
+            except Exception as e:  # noqa: BLE001 - feedback, not a traceback; the learner's own
+                # errors are caught inside the checkers (harness.run_learner), so this is the check
+                why = f"{type(e).__name__}: {e}"
+                message = (f"the check itself could not finish ({why}). If your answer has the type "
+                           f"the exercise asks for, run the cell again; this try is not counted.")
+                return values, Feedback(False, message, "check failed")
 
         @functools.wraps(check)
         def checked(*args, **kwargs) -> Feedback:
             values, feedback = verdict(*args, **kwargs)
-            if feedback.attempted:
+            if feedback.status in ("passed", "failed"):
                 ex.last = (values[0], feedback)
                 _progress.record(id, "passed" if feedback.passed else "attempted")
             return feedback
@@ -198,8 +201,8 @@ def learner_or_reference(exercise_id: str, fn):
     ex = get(exercise_id)
     if ex.last is not None and ex.last[0] is fn:
         feedback = ex.last[1]
-    else:
-        feedback = ex.check(fn)
+    else:  # checked again here (a new kernel, say): the verdict counts, the try was counted before
+        feedback = ex.check.demo(fn)
     name = getattr(fn, "__name__", ex.function)
     if feedback.passed:
         print(f"Running your {name}: it passed exercise {ex.id}.")

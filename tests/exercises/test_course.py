@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 
@@ -106,7 +107,9 @@ def test_progress_is_recorded_in_the_data_directory(tmp_path, monkeypatch):
     assert not check_busbw_answer("a")
     assert check_busbw_answer("c")
     assert not check_busbw_answer("b")  # a later wrong answer keeps the pass
-    assert check_ring_bytes(2 * 7 * (1 << 20) // 8)
+    defaults = inspect.signature(check_ring_bytes).parameters
+    n, s = defaults["world_size"].default, defaults["nbytes"].default
+    assert check_ring_bytes(2 * (n - 1) * s // n)
     data = json.loads((tmp_path / "progress.json").read_text())
     assert data["03.4"]["status"] == "passed" and data["03.4"]["attempts"] == 3
     table = repr(progress())
@@ -171,3 +174,16 @@ def test_a_demonstration_gets_the_verdict_without_counting_as_an_attempt(tmp_pat
     assert not (tmp_path / "progress.json").exists()
     assert not check_busbw_answer.demo("?").attempted
     assert not check_busbw_answer("a") and (tmp_path / "progress.json").exists()
+
+
+def test_a_check_that_breaks_is_not_blamed_on_the_learner_nor_counted(tmp_path, monkeypatch):
+    monkeypatch.setenv("ALLREDUCE_EDU_DATA_DIR", str(tmp_path))
+    from allreduce_edu.exercises import lesson03
+
+    def no_cluster(*args, **kwargs):
+        raise RuntimeError("ranks [0, 1] did not start within 60 s")
+    monkeypatch.setattr(lesson03, "Cluster", no_cluster)
+    feedback = lesson03.check_ring_allreduce(reference("03.1"))
+    assert not feedback and feedback.status == "check failed" and repr(feedback).startswith("⚠")
+    assert "could not finish" in feedback.message and "not counted" in feedback.message
+    assert not (tmp_path / "progress.json").exists()
