@@ -83,8 +83,9 @@ def exercise(id: str, title: str, *, kind: str, hints=(), solution: str, key: st
             except Exception as e:  # noqa: BLE001 - feedback, not a traceback; the learner's own
                 # errors are caught inside the checkers (harness.run_learner), so this is the check
                 why = f"{type(e).__name__}: {e}"
-                message = (f"the check itself could not finish ({why}). If your answer has the type "
-                           f"the exercise asks for, run the cell again; this try is not counted.")
+                message = (f"the check itself could not finish ({why}). If your answer has the "
+                           f"type the exercise asks for, run the cell again; this try is not "
+                           f"counted.")
                 return values, Feedback(False, message, "check failed")
 
         @functools.wraps(check)
