@@ -52,6 +52,8 @@ def lessons(args, parser) -> int:
     """`allreduce-edu lessons [DIR]`: the learner's own copy, then JupyterLab in it; or the
     instructor's key."""
     if args.solved:
+        if (Path(args.solved) / course.MANIFEST).exists():
+            parser.error(f"{args.solved} is a learner's lessons folder: write the key elsewhere")
         print(f"Writing the instructor's key to {args.solved} (every lesson executed with its "
               f"answers; a few minutes)...", flush=True)
         results = course.write_solved(args.solved)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +22,7 @@ KEY = "exercise"  # the cell metadata field that names a cell's exercise
 # in a learner's folder: the hash of each lesson as delivered
 MANIFEST = ".allreduce-edu-lessons.json"
 DEFAULT_FOLDER = "allreduce-edu-lessons"
+ENV_DATA = "ALLREDUCE_EDU_DATA_DIR"  # where checkers keep progress (exercises/progress.py)
 
 
 def source_folder() -> Path:
@@ -178,12 +181,12 @@ def copy_lessons(folder, reset: list[str] = ()) -> CopyReport:
             target.write_bytes(source.read_bytes())
             manifest[source.name] = shipped
             report.added.append(source.name)
-        elif _digest(target) == manifest.get(source.name, shipped):  # as delivered: safe to update
-            if _digest(target) == shipped:
-                report.unchanged.append(source.name)
-            else:
-                target.write_bytes(source.read_bytes())
-                report.updated.append(source.name)
+        elif _digest(target) == shipped:  # already the shipped lesson, whatever the manifest says
+            report.unchanged.append(source.name)
+            manifest[source.name] = shipped
+        elif _digest(target) == manifest.get(source.name):  # as delivered: safe to update
+            target.write_bytes(source.read_bytes())
+            report.updated.append(source.name)
             manifest[source.name] = shipped
         else:
             newer = shipped != manifest.get(source.name)
@@ -214,12 +217,15 @@ def write_solved(folder, lessons: list[str] | None = None,
     problems lists cells that raised and checkers that did not pass.
     """
     folder = Path(folder)
+    if (folder / MANIFEST).exists():
+        raise ValueError(f"{folder} is a learner's lessons folder: write the key somewhere else")
     folder.mkdir(parents=True, exist_ok=True)
     results = []
     for path in lesson_files():
         if lessons and path.name[:2] not in lessons:
             continue
-        nb = execute(solved(read(path)), folder, timeout)
+        with tempfile.TemporaryDirectory(prefix="allreduce-edu-key-") as scratch:
+            nb = _executed_elsewhere(solved(read(path)), folder, timeout, scratch)
         write(nb, folder / path.name)
         problems = errors(nb) + [f"exercise {ex}: "
                                  f"{feedback(cell).strip()[:200] or 'no verdict shown'}"
@@ -227,3 +233,16 @@ def write_solved(folder, lessons: list[str] | None = None,
                                  if not feedback(cell).lstrip().startswith("✓")]
         results.append((path.name, problems))
     return results
+
+
+def _executed_elsewhere(nb: dict, folder: Path, timeout: float, data_dir: str) -> dict:
+    """Execute `nb`, its checkers' progress kept in `data_dir`: a key's ✓ are not the instructor's."""
+    before = os.environ.get(ENV_DATA)
+    os.environ[ENV_DATA] = data_dir  # the kernel inherits this process's environment
+    try:
+        return execute(nb, folder, timeout)
+    finally:
+        if before is None:
+            os.environ.pop(ENV_DATA, None)
+        else:
+            os.environ[ENV_DATA] = before

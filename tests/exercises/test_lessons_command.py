@@ -138,3 +138,30 @@ def test_a_wheel_installed_outside_the_repository_lays_out_lessons_that_run(tmp_
                            env=env, capture_output=True, text=True, check=True)
     assert "left alone (you changed them): 00_welcome.ipynb" in again.stdout
     assert course.read(mine)["cells"][0]["source"] == ["# my notes\n"]
+
+
+def test_a_copy_equal_to_the_shipped_lesson_is_up_to_date_whatever_the_manifest_says(tmp_path):
+    folder = tmp_path / "mine"
+    course.copy_lessons(folder)
+    manifest = json.loads((folder / course.MANIFEST).read_text())
+    manifest["03_ring_allreduce.ipynb"] = "0" * 64  # an older release's digest
+    (folder / course.MANIFEST).write_text(json.dumps(manifest))
+    report = course.copy_lessons(folder)
+    assert "03_ring_allreduce.ipynb" in report.unchanged and not report.kept_newer
+    assert course.copy_lessons(folder).kept_newer == []
+
+
+def test_the_key_is_never_written_over_a_learners_folder(tmp_path, capsys):
+    course.copy_lessons(tmp_path / "mine")
+    with pytest.raises(SystemExit) as exit:
+        main(["lessons", "--solved", str(tmp_path / "mine")])
+    assert exit.value.code == 2 and "learner's lessons folder" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="learner's lessons folder"):
+        course.write_solved(tmp_path / "mine")
+
+
+def test_the_key_keeps_its_checks_out_of_the_instructors_progress(tmp_path, monkeypatch):
+    monkeypatch.setenv("ALLREDUCE_EDU_DATA_DIR", str(tmp_path / "instructor"))
+    [(name, problems)] = course.write_solved(tmp_path / "key", lessons=["00"])
+    assert problems == [] and name == "00_welcome.ipynb"
+    assert not (tmp_path / "instructor" / "progress.json").exists()
