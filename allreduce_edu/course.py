@@ -236,7 +236,7 @@ def write_solved(folder, lessons: list[str] | None = None,
 
 
 def _executed_elsewhere(nb: dict, folder: Path, timeout: float, data_dir: str) -> dict:
-    """Execute `nb`, its checkers' progress kept in `data_dir`: a key's ✓ are not the instructor's."""
+    """Execute `nb` with its checkers' progress in `data_dir`: the key's ✓ are not yours."""
     before = os.environ.get(ENV_DATA)
     os.environ[ENV_DATA] = data_dir  # the kernel inherits this process's environment
     try:
