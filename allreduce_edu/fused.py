@@ -26,7 +26,7 @@ import numpy as np
 from .collectives import allreduce
 from .collectives.ring import all_gather_ring, reduce_scatter_ring
 from .collectives.tree import broadcast_tree, reduce_tree
-from .ops import NORMS  # kernels (and numba, ~0.5 s) load on the first call
+from .ops import check_norm  # kernels (and numba, ~0.5 s) load on first use
 
 VARIANTS = ("fused", "unfused", "root")
 
@@ -105,8 +105,7 @@ def _check(rank, x, gamma, beta, eps, residual, norm, variant):
     if variant not in VARIANTS:
         raise ValueError(f"{where}: unknown variant {variant!r}; "
                          f"valid variants are {', '.join(VARIANTS)}")
-    if norm not in NORMS:
-        raise ValueError(f"{where}: unknown norm {norm!r}; valid norms are {', '.join(NORMS)}")
+    check_norm(norm, where)
     x = np.asarray(x)
     if x.dtype not in (np.float32, np.float64):
         raise TypeError(f"{where}: x has dtype {x.dtype}; "

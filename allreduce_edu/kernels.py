@@ -13,7 +13,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numba  # after the OpenMP setting above
 import numpy as np  # likewise
 
-from .ops import NORMS, OPS, check_norm, check_op  # noqa: F401 - NORMS for callers
+from .ops import NORMS, OPS, check_norm, check_op  # noqa: F401 - NORMS: the kernels' norms, for callers
 
 # elements; below this reduce_into calls NumPy (a parallel launch costs ~2 µs)
 NUMBA_MIN_SIZE = 1 << 17

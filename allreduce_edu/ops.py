@@ -29,7 +29,9 @@ def check_op(op: str, rank: int | None = None) -> str:
     return op
 
 
-def check_norm(norm: str) -> str:
+def check_norm(norm: str, where: str = "") -> str:
+    """`norm` if it is one of NORMS; else ValueError listing them (after `where`, when given)."""
     if norm not in NORMS:
-        raise ValueError(f"unknown norm {norm!r}; valid norms are {', '.join(NORMS)}")
+        raise ValueError(f"{where + ': ' if where else ''}unknown norm {norm!r}; "
+                         f"valid norms are {', '.join(NORMS)}")
     return norm
