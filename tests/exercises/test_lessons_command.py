@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -92,6 +93,19 @@ def _wait_for_lab(proc, port: int, deadline: float) -> None:
     raise AssertionError("JupyterLab did not come up")
 
 
+def _clean_copy(target: Path) -> Path:
+    """The repository's files as they are now, without build leftovers (a stale build/ would ship)."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                            text=True)
+    if listed.returncode:
+        return ROOT  # not a git checkout (an unpacked sdist, say): build it as it is
+    for name in listed.stdout.splitlines():
+        if (ROOT / name).is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, target / name)
+    return target
+
+
 @pytest.mark.slow
 def test_a_wheel_installed_outside_the_repository_lays_out_lessons_that_run(tmp_path):
     """As a learner with an instructor's wheel: install it in a fresh venv, get the lessons, run lesson 00."""
@@ -102,8 +116,8 @@ def test_a_wheel_installed_outside_the_repository_lays_out_lessons_that_run(tmp_
                HOME=str(home), PYTHONNOUSERSITE="1")
     env.pop("PYTHONPATH", None)  # a path to a checkout would make pip think the package is installed
     pip_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # ... and pip keeps its cache
-    wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)],
+    wheels, source = tmp_path / "wheels", _clean_copy(tmp_path / "source")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(source)],
                    check=True, timeout=600, env=pip_env, cwd=tmp_path)
     wheel = next(wheels.glob("allreduce_edu-*.whl"))
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=pip_env)
