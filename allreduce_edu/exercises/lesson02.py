@@ -152,21 +152,23 @@ def _naive_problem(reports, trace, n: int, shape) -> str | None:
     todo="replace both None with numbers of bytes (what the root sends, and what it receives), "
          "then run this cell again.",
     hints=("Count the root's messages first: in the reduce half it hears from every other rank, in "
-           "the broadcast half it answers each of them. How many other ranks are there with N = 8?",
-           "Every message carries one whole buffer of S = 1 MiB = 1 << 20 bytes, and the root "
+           "the broadcast half it answers each of them. How many other ranks are there with "
+           "N = 12?",
+           "Every message carries one whole buffer of S = 2 MiB = 2 << 20 bytes, and the root "
            "never sends to itself. Answer in bytes, each direction on its own."),
     solution="""The root receives one buffer of S bytes from each of the N - 1 other ranks,
 and sends the sum back to each of them:
-    sent = received = (N - 1) * S = 7 * 1048576 = 7340032 bytes   (7 MiB each way)
-Every other rank sends S = 1 MiB and receives S.""",
+    sent = received = (N - 1) * S = 11 * 2097152 = 23068672 bytes   (22 MiB each way)
+Every other rank sends S = 2 MiB and receives S.""",
     key="""from allreduce_edu.exercises.lesson02 import check_root_bytes
 
-my_root_sent = (8 - 1) * (1 << 20)       # the sum, once to each of the N − 1 other ranks
-my_root_received = (8 - 1) * (1 << 20)   # one x of S bytes from each of them
+my_root_sent = (12 - 1) * (2 << 20)       # the sum, once to each of the N − 1 other ranks
+my_root_received = (12 - 1) * (2 << 20)   # one x of S bytes from each of them
 check_root_bytes(my_root_sent, my_root_received)""")
-def check_root_bytes(sent, received, world_size: int = 8, nbytes: int = 1 << 20) -> Feedback:
-    """Exercise 02.2: bytes the naive root sends and receives (S = 1 MiB, N = 8 ranks)."""
+def check_root_bytes(sent, received, world_size: int = 12, nbytes: int = 2 << 20) -> Feedback:
+    """Exercise 02.2: bytes the naive root sends and receives (S = 2 MiB, N = 12 ranks)."""
     expected = (world_size - 1) * nbytes
+    mib = 1 << 20
     for name, value in (("sent", sent), ("received", received)):
         try:
             value = float(value)
@@ -174,9 +176,12 @@ def check_root_bytes(sent, received, world_size: int = 8, nbytes: int = 1 << 20)
             return failed(f"{name} must be a number of bytes.")
         if value == expected:
             continue
+        if value == expected / mib:
+            return failed(f"{name} = {value:g} looks like MiB: answer in bytes, e.g. "
+                          f"3 * 1048576.")
         if value == world_size - 1:
-            return failed(f"{name} = {value:g} looks like MiB (or a count of messages): answer in "
-                          f"bytes, e.g. 3 * 1048576.")
+            return failed(f"{name} = {value:g} is the number of messages: each carries a whole "
+                          f"buffer, S = {nbytes} bytes. Answer in bytes.")
         if value == world_size * nbytes:
             return failed(f"{name} = N·S: the root does not send to or receive from itself — count "
                           f"N−1 peers.")
@@ -186,11 +191,14 @@ def check_root_bytes(sent, received, world_size: int = 8, nbytes: int = 1 << 20)
         if value == 2 * (world_size - 1) * nbytes:
             return failed(f"{name} = 2(N−1)·S: that is the root's traffic in both directions "
                           f"together; give each direction on its own.")
+        if nbytes != mib and value == (world_size - 1) * mib:
+            return failed(f"{name} = (N−1) × 1 MiB: that is the S of the table above; here each "
+                          f"buffer is S = {nbytes / mib:g} MiB = {nbytes} bytes.")
         return failed(f"{name} = {value:g} bytes is not it: how many other ranks does the root "
                       f"hear from (and answer), and how many bytes is each message?")
     return passed(f"the root receives and sends (N−1)·S = {world_size - 1} × {nbytes} = {expected} "
-                  f"bytes each way ({expected >> 20} MiB); every other rank moves "
-                  f"S = {nbytes >> 20} MiB each way.")
+                  f"bytes each way ({expected / mib:g} MiB); every other rank moves "
+                  f"S = {nbytes / mib:g} MiB each way.")
 
 
 @exercise(

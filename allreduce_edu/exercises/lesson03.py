@@ -1,9 +1,10 @@
 """Lesson 03 · ring all-reduce: predict who owns a chunk, write the ring on real ranks, count and
 pipeline it.
 
-`check_ring_allreduce` replays your ring's messages step by step (see lesson02.py for how it knows
-what each message carried) and names the first rank, step and chunk that differ from a ring
-all-reduce.
+`check_ring_allreduce` replays your ring's messages step by step and names the first rank, step
+and chunk that differ from a ring all-reduce: harness.py gives the inputs that say where every
+number came from and the `Spy` comm that writes down what each message carried, ring_traffic.py
+the replay.
 """
 
 from __future__ import annotations
@@ -58,49 +59,65 @@ still arriving
 
 
 @exercise(
-    "03.0", "who owns the finished chunk 2", kind="number",
-    todo="replace None with the rank (0 to 3) that holds the finished chunk 2, then run this cell "
-         "again.",
-    hints=("Chunk 2 starts its trip on the rank that sends it at step 0: rank r sends chunk "
-           "(r − 1) % N first.",
-           "Follow chunk 2 one hop to the right per step; reduce-scatter has N − 1 = 3 steps."),
-    solution="""Rank 2. In reduce-scatter step s, rank r sends chunk (r - s - 1) % N to the right. \
-Chunk 2 starts on
-rank 3 (step 0: (3 - 0 - 1) % 4 = 2), goes 3 → 0 → 1 → 2 collecting one rank's data per hop, and \
-the last hop
-lands on rank 2: after reduce-scatter rank r owns finished chunk r.""",
+    "03.0", "where chunk 2 is after 2 steps", kind="number",
+    todo="replace None with the rank (0 to 3) that holds chunk 2 after 2 steps of reduce-scatter, "
+         "then run this cell again.",
+    hints=("Chunk 2 starts its trip on the rank that sends it first: in the first step (step 0 in "
+           "the code) rank r sends chunk (r − 1) % N.",
+           "Follow chunk 2 one hop to the right per step, for 2 steps (the slider at 2); each hop "
+           "adds the receiving rank's part."),
+    solution="""Rank 1. In reduce-scatter step s (counting from 0, as the code does), rank r sends \
+chunk (r - s - 1) % N
+to the right. Chunk 2 starts on rank 3 (step 0: (3 - 0 - 1) % 4 = 2) and moves one hop per \
+step, collecting
+one rank's data per hop: after step 1 of 3 it is on rank 0 (the data of ranks 3 and 0), after \
+step 2 of 3 on
+rank 1 (ranks 3, 0 and 1). The last step takes it to rank 2, which adds its own part: after \
+reduce-scatter
+rank r owns finished chunk r.""",
     key="""from allreduce_edu.exercises.lesson03 import check_owner_prediction, hint, solution
 
-my_owner = 2   # which rank owns finished chunk 2 after reduce-scatter?
-check_owner_prediction(my_owner)""")
+my_holder = 1   # which rank holds chunk 2 after 2 steps of reduce-scatter?
+check_owner_prediction(my_holder)""")
 
 
-def check_owner_prediction(rank, world_size: int = 4, chunk: int = 2) -> Feedback:
-    """Prediction 03.0: after reduce-scatter on 4 ranks, which rank holds the finished chunk 2?"""
+def check_owner_prediction(rank, world_size: int = 4, chunk: int = 2, steps: int = 2) -> Feedback:
+    """Prediction 03.0: after `steps` reduce-scatter steps on 4 ranks, which rank holds chunk 2?"""
+    n = world_size
     try:
         rank = int(rank)
     except (TypeError, ValueError):
-        return failed("answer with a rank number, 0 to 3.")
-    if not 0 <= rank < world_size:
-        return failed(f"there are {world_size} ranks, numbered 0 to {world_size - 1}.")
-    if rank == chunk:
-        return passed(f"rank {chunk}: chunk {chunk} starts on rank {(chunk + 1) % world_size} and "
-                      f"travels "
-                      f"{' → '.join(str((chunk + 1 + h) % world_size) for h in range(world_size))}"
-                      f", picking up one rank's data per hop; after reduce-scatter rank r owns "
-                      f"finished chunk r.")
-    first = (chunk + 1) % world_size
-    hints = {
-        first: (f"rank {first} is where chunk {chunk} starts (step 0: rank r sends chunk "
-                f"(r − 1) % N, and ({first} − 1) % {world_size} = {chunk}). Follow it around the "
-                f"ring for N − 1 hops."),
-        (chunk - 1) % world_size: (f"rank {(chunk - 1) % world_size} sends chunk {chunk} in the "
-                                   f"last step — to its right neighbour, which adds its own part "
-                                   f"and holds the finished chunk."),
-    }
-    return failed(hints.get(rank, f"rank {rank} never holds chunk {chunk} finished: in step s rank "
-                                  f"r sends chunk (r − s − 1) % N to rank r + 1. Follow chunk "
-                                  f"{chunk} hop by hop."))
+        return failed(f"answer with a rank number, 0 to {n - 1}.")
+    if not 0 <= rank < n:
+        return failed(f"there are {n} ranks, numbered 0 to {n - 1}.")
+    path = [(chunk + 1 + hop) % n for hop in range(n)]  # path[h]: where the chunk is after h steps
+    if rank == path[steps]:
+        rest = (f" It goes on to rank {chunk}, which adds the last part: after reduce-scatter "
+                f"rank r owns finished chunk r." if steps < n - 1 else
+                " After reduce-scatter rank r owns finished chunk r.")
+        return passed(f"rank {rank}: chunk {chunk} starts on rank {path[0]} and travels "
+                      f"{' → '.join(map(str, path[:steps + 1]))}, picking up one rank's data per "
+                      f"hop: after {_count(steps, 'step')} it holds the data of {steps + 1} "
+                      f"ranks.{rest}")
+    hop = path.index(rank)
+    if hop == 0:
+        return failed(f"rank {rank} is where chunk {chunk} starts (in the first step rank r sends "
+                      f"chunk (r − 1) % N, and ({rank} − 1) % {n} = {chunk}). Follow it one hop "
+                      f"to the right per step, for {_count(steps, 'step')}.")
+    if hop < steps:
+        return failed(f"rank {rank} holds chunk {chunk} after {_count(hop, 'step')}, with the data "
+                      f"of {hop + 1} ranks; follow it {_count(steps - hop, 'more hop')} to the "
+                      f"right.")
+    if hop == n - 1:
+        return failed(f"rank {rank} owns chunk {chunk} at the end of reduce-scatter, after all "
+                      f"N − 1 = {n - 1} steps; after {_count(steps, 'step')} the chunk is still "
+                      f"{_count(n - 1 - steps, 'hop')} short of it.")
+    return failed(f"chunk {chunk} reaches rank {rank} only after {_count(hop, 'step')}: count "
+                  f"the hops again, one per step from rank {path[0]}.")
+
+
+def _count(k: int, thing: str) -> str:
+    return f"{k} {thing}{'' if k == 1 else 's'}"
 
 
 @exercise(
@@ -156,31 +173,31 @@ def check_ring_allreduce(fn, world_sizes=(3, 4), shapes=((10,), (1_000_003,), (2
     hints=("Count messages first: how many steps has each phase, and how many chunks does a rank "
            "send per step?",
            "Each message is one chunk of S/N bytes; a rank sends N − 1 of them in each of the two "
-           "phases."),
+           "phases. Here S = 4 MiB = 4 << 20 bytes and N = 16."),
     solution="""Each rank sends 2(N - 1) chunks of S/N bytes: N - 1 in reduce-scatter, N - 1 in \
 all-gather.
-    2 * (N - 1) / N * S = 2 * 7 / 8 * 1048576 = 1835008 bytes   (1.75 MiB)
-(1 MiB divides into 8 equal chunks, so this is exact.)""",
+    2 * (N - 1) / N * S = 2 * 15 / 16 * 4194304 = 7864320 bytes   (7.5 MiB)
+(4 MiB divides into 16 equal chunks, so this is exact.)""",
     key="""from allreduce_edu.exercises.lesson03 import check_ring_bytes
 
-my_bytes = 2 * (8 - 1) * (1 << 20) // 8   # 2(N − 1) chunks of S/N bytes
+my_bytes = 2 * (16 - 1) * (4 << 20) // 16   # 2(N − 1) chunks of S/N bytes
 check_ring_bytes(my_bytes)""")
-def check_ring_bytes(answer, world_size: int = 8, nbytes: int = 1 << 20) -> Feedback:
-    """Exercise 03.2: bytes rank 0 sends in one ring all-reduce of S = 1 MiB on N = 8 ranks."""
+def check_ring_bytes(answer, world_size: int = 16, nbytes: int = 4 << 20) -> Feedback:
+    """Exercise 03.2: bytes rank 0 sends in one ring all-reduce of S = 4 MiB on N = 16 ranks."""
     try:
         answer = float(answer)
     except (TypeError, ValueError):
         return failed("answer with a number of bytes.")
-    n, s = world_size, nbytes
+    n, s, mib = world_size, nbytes, 1 << 20
     expected = 2 * (n - 1) * s // n
     if answer == expected:
         return passed(f"2(N−1)/N·S = 2·{n - 1}/{n} × {s} = {expected} bytes "
-                      f"({expected / (1 << 20):g} MiB): {2 * (n - 1)} chunks of S/N = {s // n} "
+                      f"({expected / mib:g} MiB): {2 * (n - 1)} chunks of S/N = {s // n} "
                       f"bytes. The naive root would send {(n - 1) * s}.")
     hints = {
-        expected / (1 << 20): "that looks like MiB: answer in bytes.",
-        2 * s: "2·S is the limit as N grows; with N = 8 each rank sends 2(N−1) chunks of S/N, a "
-               "little less.",
+        expected / mib: "that looks like MiB: answer in bytes.",
+        2 * s: f"2·S is the limit as N grows; with N = {n} each rank sends 2(N−1) chunks of S/N, "
+               f"a little less.",
         (n - 1) * s // n: "that is reduce-scatter alone: all-gather sends as many bytes again.",
         (n - 1) * s: "(N−1)·S is what the naive root sends; a ring rank sends chunks of S/N, not "
                      "whole buffers.",
@@ -188,6 +205,9 @@ def check_ring_bytes(answer, world_size: int = 8, nbytes: int = 1 << 20) -> Feed
         2 * (n - 1): "that is the number of messages; multiply by the bytes in each, S/N.",
         2 * (n - 1) * s: "each message is one chunk of S/N bytes, not the whole buffer.",
     }
+    if s != mib:
+        hints.setdefault(2 * (n - 1) * mib // n,
+                         f"that is 2(N−1)/N × 1 MiB; here S = {s / mib:g} MiB = {s} bytes.")
     return failed(hints.get(answer, f"{answer:g} bytes is not it: a rank sends N − 1 chunks in "
                                     f"reduce-scatter and N − 1 in all-gather, each S/N bytes."))
 

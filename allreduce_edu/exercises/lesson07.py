@@ -92,17 +92,19 @@ def check_fused(fn, world_sizes=(3, 4), shapes=((10, 16), (2, 8), (13, 24)), tim
     hints=("Rank 0 is the root of the tree reduce, where it only receives. Count what it sends in "
            "the broadcast.",
            "A binomial broadcast doubles the number of ranks that hold the data every step: "
-           "⌈log2 N⌉ steps, and in each one rank 0 sends the whole normalised tensor, S bytes."),
+           "⌈log2 N⌉ steps (round up: 12 is not a power of 2), and in each one rank 0 sends the "
+           "whole normalised tensor, S bytes."),
     solution="""In the root variant rank 0 sends nothing in the reduce (it only receives) and, in
 the binomial broadcast, sends the whole normalised tensor once per step to a new rank: ⌈log2 N⌉
-steps.
-    N = 8: ⌈log2 8⌉ · S = 3 · 1048576 = 3145728 bytes   (3 MiB)
-Compare the ring (fused or unfused): 2(N-1)/N · S = 1.75 MiB per rank.""",
+steps. The ranks holding the tensor go 1 → 2 → 4 → 8 → 12: the last step reaches only 4 new ranks,
+but it is a step.
+    N = 12: ⌈log2 12⌉ · S = 4 · 1048576 = 4194304 bytes   (4 MiB)
+Compare the ring (fused or unfused): 2(N-1)/N · S ≈ 1.83 MiB per rank.""",
     key="""from allreduce_edu.exercises.lesson07 import check_root_bytes, hint, solution
 
-my_bytes = 3 * (1 << 20)   # ⌈log2 8⌉ = 3 broadcast steps of S; in the reduce rank 0 only receives
+my_bytes = 4 * (1 << 20)   # ⌈log2 12⌉ = 4 broadcast steps of S; in the reduce rank 0 only receives
 check_root_bytes(my_bytes)""")
-def check_root_bytes(answer, world_size: int = 8, nbytes: int = 1 << 20) -> Feedback:
+def check_root_bytes(answer, world_size: int = 12, nbytes: int = 1 << 20) -> Feedback:
     """Exercise 07.2: bytes rank 0 sends in the root variant (tree reduce + broadcast) for N ranks,
     S bytes."""
     try:
@@ -113,9 +115,9 @@ def check_root_bytes(answer, world_size: int = 8, nbytes: int = 1 << 20) -> Feed
     steps = (n - 1).bit_length()
     expected = steps * s
     if answer == expected:
-        return passed(f"{expected} bytes = ⌈log2 {n}⌉ · S = {steps} MiB: rank 0 only receives in "
-                      f"the reduce, then sends the whole tensor once per broadcast step. A ring "
-                      f"sends 2(N−1)/N·S = {2 * (n - 1) / n * s:.0f} per rank — less, but in "
+        return passed(f"{expected} bytes = ⌈log2 {n}⌉ · S = {steps} × {s}: rank 0 only receives "
+                      f"in the reduce, then sends the whole tensor once per broadcast step. A "
+                      f"ring sends 2(N−1)/N·S = {2 * (n - 1) / n * s:.0f} per rank — less, but in "
                       f"{2 * (n - 1)} steps instead of {2 * steps}.")
     hints = {
         2 * (n - 1) / n * s: "that is what every rank sends in the ring (fused or unfused); the "
@@ -134,6 +136,13 @@ def check_root_bytes(answer, world_size: int = 8, nbytes: int = 1 << 20) -> Feed
         steps * 1e6: "S = 1 MiB = 1048576 bytes, not 10^6.",
         steps * s * 8: "in bytes, not bits.",
     }
+    below = n.bit_length() - 1  # ⌊log2 N⌋: fewer steps than ⌈log2 N⌉ unless N is a power of 2
+    if below != steps:
+        hints[below * s] = (f"after {below} steps {1 << below} ranks hold the tensor and "
+                            f"{n - (1 << below)} still wait: one more step, ⌈log2 N⌉ = {steps} "
+                            f"in all.")
+        hints[math.log2(n) * s] = (f"log2 {n} is not a whole number of steps: a step either "
+                                   f"happens or not, so round up to ⌈log2 N⌉ = {steps}.")
     for value, text in hints.items():
         if math.isclose(answer, value, rel_tol=1e-9):
             return failed(text)

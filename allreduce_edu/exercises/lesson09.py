@@ -30,7 +30,7 @@ FIXED_SOLUTION = """def fixed_ring(comm, x):
 
 NAMES_SCAFFOLD = names_cell(lambda theirs: "?")  # what the lesson ships
 
-SCENARIO = {"nodes": 2, "ranks_per_node": 4, "nbytes": 256 << 20,
+SCENARIO = {"nodes": 3, "ranks_per_node": 4, "nbytes": 256 << 20,
             "intra": (5e-6, 1 / 200e9), "inter": (20e-6, 1 / 25e9)}  # NVLink-like, InfiniBand
 
 BUILTIN = {"gloo": "torch.distributed.all_reduce", "mpi": "MPI_Allreduce"}
@@ -152,7 +152,7 @@ def check_torch_names(answer: dict) -> Feedback:
 
 
 def scenario_seconds(algorithm: str) -> float:
-    """The α-β model's time for Exercise 09.3's cluster (2 nodes of 4 ranks, 256 MiB)."""
+    """The α-β model's time for Exercise 09.3's cluster (3 nodes of 4 ranks, 256 MiB)."""
     s = SCENARIO
     links = Links.two_level(s["ranks_per_node"], s["intra"], s["inter"])
     return predict_on_links(algorithm, s["nodes"] * s["ranks_per_node"], s["nbytes"], links)
@@ -166,24 +166,25 @@ def scenario_seconds(algorithm: str) -> float:
     hints=("The flat ring crosses between the nodes in every step, and a step waits for its "
            "slowest hop: price all 2(N − 1) steps, each of S/N bytes, with the inter-node α and β.",
            "The hierarchical all-reduce is a ring of L = 4 inside each node on all S bytes (intra "
-           "α and β), plus a ring of M = 2 across the nodes on S/L bytes (inter α and β): "
+           "α and β), plus a ring of M = 3 across the nodes on S/L bytes (inter α and β): "
            "2(L−1)·α_intra + 2(L−1)/L·S·β_intra + 2(M−1)·α_inter + 2(M−1)/M·(S/L)·β_inter."),
-    solution="""N = 8 ranks, L = 4 per node, M = 2 nodes, S = 256 MiB.
+    solution="""N = 12 ranks, L = 4 per node, M = 3 nodes, S = 256 MiB.
 ring: every step has a hop between nodes, so every step waits for the inter-node link:
-    2(N-1)·α_inter + 2(N-1)/N·S·β_inter = 14·20 µs + 1.75·S/25 GB/s ≈ 0.28 ms + 18.8 ms ≈ 19.1 ms
+    2(N-1)·α_inter + 2(N-1)/N·S·β_inter = 22·20 µs + 1.83·S/25 GB/s ≈ 0.44 ms + 19.7 ms ≈ 20.1 ms
 hierarchical: a ring of L in the node on S, then a ring of M across nodes on S/L:
     2(L-1)·α_intra + 2(L-1)/L·S·β_intra + 2(M-1)·α_inter + 2(M-1)/M·(S/L)·β_inter
-    = 6·5 µs + 1.5·S/200 GB/s + 2·20 µs + (S/4)/25 GB/s ≈ 2.0 ms + 2.7 ms ≈ 4.8 ms   (4× faster)
-    predict_on_links("ring" / "hierarchical", 8, S, Links.two_level(4, intra, inter))
+    = 6·5 µs + 1.5·S/200 GB/s + 4·20 µs + 1.33·(S/4)/25 GB/s ≈ 2.0 ms + 3.7 ms ≈ 5.7 ms
+    (3.5× faster)
+    predict_on_links("ring" / "hierarchical", 12, S, Links.two_level(4, intra, inter))
     computes both.""",
     key="""
 from allreduce_edu.exercises.lesson09 import check_hierarchical_prediction, hint, solution
 
 S = 256 * 2**20
 a_intra, b_intra, a_inter, b_inter = 5e-6, 1 / 200e9, 20e-6, 1 / 25e9
-my_ring = 2 * 7 * a_inter + 2 * 7 / 8 * S * b_inter   # every step waits for an inter-node hop
+my_ring = 2 * 11 * a_inter + 2 * 11 / 12 * S * b_inter   # every step waits for an inter-node hop
 my_hierarchical = (2 * 3 * a_intra + 2 * 3 / 4 * S * b_intra          # a ring of 4 in a node, S
-                   + 2 * 1 * a_inter + 2 * 1 / 2 * (S / 4) * b_inter)  # a ring of 2 nodes, S/L
+                   + 2 * 2 * a_inter + 2 * 2 / 3 * (S / 4) * b_inter)  # a ring of 3 nodes, S/L
 check_hierarchical_prediction(my_ring, my_hierarchical)""")
 def check_hierarchical_prediction(ring: float, hierarchical: float,
                                   tolerance: float = 0.03) -> Feedback:
@@ -229,7 +230,9 @@ def check_hierarchical_prediction(ring: float, hierarchical: float,
             if near(got, value):
                 return failed(f"{name}: {got:.4g} s — {text}")
         return failed(f"{name}: {got:.4g} s is off by a factor {got / want[name]:.2f}; see the "
-                      f"formulas in collectives/hierarchical.py's predict.")
+                      f"formulas in allreduce_edu/costmodel.py: ring_on_links and "
+                      f"hierarchical_on_links (predict_on_links(algorithm, world_size, nbytes, "
+                      f"links) computes them).")
     speedup = want["ring"] / want["hierarchical"]
     return passed(f"ring {want['ring'] * 1e3:.1f} ms, hierarchical "
                   f"{want['hierarchical'] * 1e3:.1f} ms: {speedup:.1f}× faster. Only S/L per rank "

@@ -3,7 +3,7 @@ instructor's key.
 
     @exercise("03.2", "predict the ring's bytes", kind="number", hints=(...), solution="...",
               key="...")
-    def check_ring_bytes(answer, world_size=8, nbytes=1 << 20) -> Feedback: ...
+    def check_ring_bytes(answer, world_size=16, nbytes=4 << 20) -> Feedback: ...
 
 The decorated checker answers "not attempted yet" while the answer is still the scaffold's (`None`,
 `"?"`, or a function whose body is `...`), records every real attempt in your progress file, and

@@ -17,13 +17,18 @@ from allreduce_edu.notebook import show_source
 
 
 def test_the_right_prediction_passes():
-    feedback = check_welcome_prediction([10.0] * 4)
+    feedback = check_welcome_prediction([60.0, 64.0, 68.0, 72.0])
     assert feedback and repr(feedback).startswith("✓")
 
 
-@pytest.mark.parametrize("answer, hint", [([4.0] * 4, "number of ranks"), ([2.5] * 4, "average"),
-                                          ([10.0] * 3, "shape"), (10, "shape"), ([11.0] * 4, "not quite"),
-                                          ("ten", "list of 4 numbers")])
+@pytest.mark.parametrize("answer, hint", [([4.0] * 4, "number of ranks"), ([15.0, 16.0, 17.0, 18.0], "average"),
+                                          ([60.0, 64.0, 68.0], "shape"), (60, "shape"),
+                                          ([61.0, 64.0, 68.0, 72.0], "not quite"),
+                                          ("sixty", "list of 4 numbers"),
+                                          ([10.0] * 4, "first_allreduce"),  # lesson 00's own run, another input
+                                          ([6.0, 46.0, 86.0, 126.0], "each rank's own 4 elements"),
+                                          ([264.0] * 4, "keeps the 4 elements apart"),
+                                          ([30.0, 31.0, 32.0, 33.0], "one rank's own input")])
 def test_wrong_predictions_get_a_specific_hint(answer, hint):
     feedback = check_welcome_prediction(answer)
     assert not feedback and hint in feedback.message and repr(feedback).startswith("✗")
@@ -83,7 +88,7 @@ def test_solutions_are_one_call_away(capsys):
     solution("00.2")
     assert 'op="max"' in capsys.readouterr().out
     solution("00.1")
-    assert "10.0" in capsys.readouterr().out
+    assert "[60., 64., 68., 72.]" in capsys.readouterr().out
     with pytest.raises(KeyError, match="00.1"):
         solution("99.9")
 

@@ -132,13 +132,19 @@ def test_decode_names_ranks_and_positions():
     assert decode(total.astype(np.float32), 3) == (None, None)
 
 
-@pytest.mark.parametrize("sent, received, hint", [(7, 7, "MiB"), (8 << 20, 8 << 20, "itself"),
-                                                  (1 << 20, 1 << 20, "other ranks"),
-                                                  (14 << 20, 14 << 20, "both directions"),
-                                                  (7 << 20, 5, "not it"),
-                                                  ("many", 7 << 20, "number of bytes")])
+MIB = 1 << 20
+
+
+@pytest.mark.parametrize("sent, received, hint", [(22, 22, "MiB"), (11, 11, "number of messages"),
+                                                  (24 * MIB, 24 * MIB, "itself"),
+                                                  (2 * MIB, 2 * MIB, "other ranks"),
+                                                  (44 * MIB, 44 * MIB, "both directions"),
+                                                  (11 * MIB, 11 * MIB, "S of the table above"),
+                                                  (22 * MIB, 5, "not it"),
+                                                  ("many", 22 * MIB, "number of bytes")])
 def test_root_bytes(sent, received, hint):
-    assert check_root_bytes(7 << 20, 7 << 20)
+    assert check_root_bytes(22 * MIB, 22 * MIB)
+    assert check_root_bytes(11 * 2097152, (12 - 1) * (2 << 20))
     feedback = check_root_bytes(sent, received)
     assert not feedback and hint in feedback.message, feedback
 
@@ -154,7 +160,7 @@ def test_bottleneck_answer():
 def test_the_scaffolds_are_not_attempts():
     for feedback, exercise in ((check_naive_allreduce(my_naive_allreduce), "02.1"),
                                (check_root_bytes(None, None), "02.2"),
-                               (check_root_bytes(7 << 20, None), "02.2"),  # half an answer: not checked yet
+                               (check_root_bytes(22 << 20, None), "02.2"),  # half an answer: not checked yet
                                (check_bottleneck_answer("?"), "02.3")):
         assert not feedback and not feedback.attempted, feedback
         assert f'hint("{exercise}")' in feedback.message
@@ -165,7 +171,7 @@ def test_solutions_registered():
         ex = registry.get(exercise)
         assert ex.kind == kind and ex.solution and len(ex.hints) >= (2 if kind == "code" else 1)
     assert registry.get("02.3").solution.startswith("a")
-    assert "7340032" in registry.get("02.2").solution
+    assert "23068672" in registry.get("02.2").solution
     fn = reference("02.1")
     assert fn.__name__ == "my_naive_allreduce"
     assert check_naive_allreduce(fn, **{**QUICK, "world_sizes": (3, 4)})

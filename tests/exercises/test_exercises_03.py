@@ -170,17 +170,30 @@ def test_pipelined_checker():
 
 
 def test_owner_prediction():
-    assert check_owner_prediction(2)
+    assert check_owner_prediction(1)  # after 2 of 3 steps chunk 2 is on rank 1: 3 → 0 → 1
     assert "starts" in check_owner_prediction(3).message
-    assert "last step" in check_owner_prediction(1).message
+    assert "end of reduce-scatter" in check_owner_prediction(2).message  # the finished owner: one hop too far
+    assert "after 1 step, with the data of 2 ranks" in check_owner_prediction(0).message
     assert "0 to 3" in check_owner_prediction(7).message
+    assert "0 to 3" in check_owner_prediction("two").message
 
 
-@pytest.mark.parametrize("answer, hint", [(1.75, "MiB"), (2 * (1 << 20), "limit"), (7 * (1 << 20) // 8, "reduce-scatter alone"),
-                                          (7 * (1 << 20), "naive root"), (14, "number of messages"),
-                                          (123, "not it")])
+def test_owner_prediction_at_other_steps():
+    assert check_owner_prediction(2, steps=3)  # the end of reduce-scatter: rank r owns chunk r
+    assert "last step" not in check_owner_prediction(2, steps=3).message
+    assert check_owner_prediction(0, steps=1)
+    assert "only after 2 steps" in check_owner_prediction(1, steps=1).message
+
+
+MIB = 1 << 20
+
+
+@pytest.mark.parametrize("answer, hint", [(7.5, "MiB"), (2 * (4 * MIB), "limit"), (15 * (4 * MIB) // 16, "reduce-scatter alone"),
+                                          (15 * (4 * MIB), "naive root"), (30, "number of messages"),
+                                          (4 * MIB // 16, "one chunk"), (30 * 4 * MIB, "not the whole buffer"),
+                                          (2 * 15 * MIB // 16, "× 1 MiB"), (123, "not it")])
 def test_ring_bytes(answer, hint):
-    assert check_ring_bytes(2 * 7 / 8 * (1 << 20))
+    assert check_ring_bytes(2 * 15 / 16 * (4 << 20))
     feedback = check_ring_bytes(answer)
     assert not feedback and hint in feedback.message, feedback
 

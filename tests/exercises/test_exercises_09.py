@@ -242,22 +242,25 @@ def test_every_expected_name_exists_in_torch_distributed():
 # --- 09.3 and 09.4 --------------------------------------------------------------------------------
 def test_hierarchical_prediction():
     ring_s, hier_s = scenario_seconds("ring"), scenario_seconds("hierarchical")
-    assert 18e-3 < ring_s < 20e-3 and 4.5e-3 < hier_s < 5e-3  # the numbers the solution works out
-    assert "19.1 ms" in registry.get("09.3").solution and "4.8 ms" in registry.get("09.3").solution
+    assert 20e-3 < ring_s < 20.2e-3 and 5.65e-3 < hier_s < 5.75e-3  # the numbers the solution works out
+    assert "20.1 ms" in registry.get("09.3").solution and "5.7 ms" in registry.get("09.3").solution
+    assert SCENARIO["nodes"] * SCENARIO["ranks_per_node"] == 12
     assert check_hierarchical_prediction(ring_s * 1.01, hier_s * 0.99)
     from allreduce_edu.costmodel import predict
     (a_in, b_in), (a_out, b_out), s = SCENARIO["intra"], SCENARIO["inter"], SCENARIO["nbytes"]
-    feedback = check_hierarchical_prediction(predict("ring", 8, s, a_in, b_in), hier_s)
+    feedback = check_hierarchical_prediction(predict("ring", 12, s, a_in, b_in), hier_s)
     assert not feedback and "inter-node α and β" in feedback.message
-    feedback = check_hierarchical_prediction(ring_s, predict("ring", 4, s, a_in, b_in) + predict("ring", 2, s, a_out, b_out))
+    feedback = check_hierarchical_prediction(ring_s, predict("ring", 4, s, a_in, b_in) + predict("ring", 3, s, a_out, b_out))
     assert not feedback and "S/L bytes" in feedback.message
     feedback = check_hierarchical_prediction(ring_s * 1e3, hier_s)
     assert not feedback and "milliseconds" in feedback.message
     assert not check_hierarchical_prediction("fast", hier_s)
-    feedback = check_hierarchical_prediction(predict("ring", 2, s / 4, a_out, b_out), hier_s)
-    assert not feedback and "off by a factor" in feedback.message
-    feedback = check_hierarchical_prediction(ring_s, predict("ring", 2, s / 4, a_out, b_out))
+    feedback = check_hierarchical_prediction(predict("ring", 3, s / 4, a_out, b_out), hier_s)
+    assert not feedback and "off by a factor" in feedback.message and "hierarchical_on_links" in feedback.message
+    feedback = check_hierarchical_prediction(ring_s, predict("ring", 3, s / 4, a_out, b_out))
     assert not feedback and "inter-node phase alone" in feedback.message
+    feedback = check_hierarchical_prediction(ring_s, predict("ring", 4, s, a_in, b_in) + predict("ring", 12, s / 4, a_out, b_out))
+    assert not feedback and "M = N/L ranks" in feedback.message
 
 
 def test_in_network_answer():
@@ -272,7 +275,7 @@ def test_the_scaffolds_are_not_attempts():
     for feedback, exercise in ((check_ring_on_engine(fixed_ring), "09.1"),
                                (check_torch_names({"rank": "?"}), "09.2"),
                                (check_hierarchical_prediction(None, None), "09.3"),
-                               (check_hierarchical_prediction(0.019, None), "09.3"),  # half an answer
+                               (check_hierarchical_prediction(0.020, None), "09.3"),  # half an answer
                                (check_in_network_answer("?"), "09.4")):
         assert not feedback and not feedback.attempted, feedback
         assert f'hint("{exercise}")' in feedback.message
