@@ -1,4 +1,4 @@
-"""The lessons ship inside the package: lessons/ is allreduce_edu.lessons, examples/ allreduce_edu.examples.
+"""The lessons ship inside the package: lessons/ is allreduce_edu.lessons (examples/ likewise).
 
 Everything else about the project is in pyproject.toml; setup.py only maps those folders, which
 pyproject.toml's package discovery cannot express, and puts a copy of protos/'s rank.proto beside
@@ -23,7 +23,8 @@ class BuildWithProto(build_py):
 
 
 setup(
-    packages=find_packages(include=["allreduce_edu*"]) + ["allreduce_edu.lessons", "allreduce_edu.examples"],
+    packages=find_packages(include=["allreduce_edu*"])
+    + ["allreduce_edu.lessons", "allreduce_edu.examples"],
     package_dir={"allreduce_edu.lessons": "lessons", "allreduce_edu.examples": "examples"},
     package_data={"allreduce_edu.lessons": ["[0-9][0-9]_*.ipynb", "nbval_sanitize.cfg"]},
     cmdclass={"build_py": BuildWithProto},
