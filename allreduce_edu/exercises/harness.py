@@ -10,6 +10,7 @@ traffic step by step. Lessons 02, 03, 07 and 09 build on these.
 from __future__ import annotations
 
 import re
+import time
 
 import cloudpickle
 import numpy as np
@@ -212,3 +213,25 @@ def result_problem(rank: int, description: dict, world_size: int, shape) -> str 
     return None if counts == (1,) * world_size else (
         f"rank {rank}'s result{'' if chunk is None else f' (chunk {chunk})'} holds the data of "
         f"{ranks_text(counts)}, but should hold every rank's exactly once.")
+
+
+def time_allreduce(cluster, fn, nbytes: int = 4 << 20, reps: int = 5) -> float:
+    """Median seconds of `fn(comm, x)` over `reps` runs on every rank of `cluster` (x: `nbytes` of
+    float32).
+
+    A run lasts until its slowest rank is done; one untimed run first warms up the connections.
+    """
+    per_rank = cluster.run(_timed_runs, fn, nbytes // 4, reps)
+    return float(np.median(np.max(per_rank, axis=0)))
+
+
+def _timed_runs(comm, fn, count: int, reps: int) -> list[float]:
+    x = np.ones(count, np.float32)
+    fn(comm, x)
+    times = []
+    for _ in range(reps):
+        comm.barrier()
+        t0 = time.perf_counter()
+        fn(comm, x)
+        times.append(time.perf_counter() - t0)
+    return times

@@ -9,13 +9,11 @@ the replay.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from ..runtime import Cluster
 from .feedback import Feedback, failed, multiple_choice, passed
-from .harness import run_learner
+from .harness import run_learner, time_allreduce  # noqa: F401 - time_allreduce: for the notebook
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 from .ring_traffic import pipelined_problem, ring_explain, ring_problem
 
@@ -252,28 +250,6 @@ def check_pipelined_ring(fn, world_sizes=(3,), shapes=((10,), (100_003,)), segme
     return passed(f"still a correct ring: every rank sent {2 * (n - 1) * segments} messages of "
                   f"about S/({segments}N) bytes — {segments}× the messages, the same 2(N−1)/N·S "
                   f"bytes.")
-
-
-def time_allreduce(cluster, fn, nbytes: int = 4 << 20, reps: int = 5) -> float:
-    """Median seconds of `fn(comm, x)` over `reps` runs on every rank of `cluster` (x: `nbytes` of
-    float32).
-
-    A run lasts until its slowest rank is done; one untimed run first warms up the connections.
-    """
-    per_rank = cluster.run(_timed_runs, fn, nbytes // 4, reps)
-    return float(np.median(np.max(per_rank, axis=0)))
-
-
-def _timed_runs(comm, fn, count: int, reps: int) -> list[float]:
-    x = np.ones(count, np.float32)
-    fn(comm, x)
-    times = []
-    for _ in range(reps):
-        comm.barrier()
-        t0 = time.perf_counter()
-        fn(comm, x)
-        times.append(time.perf_counter() - t0)
-    return times
 
 
 @exercise(
