@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import bench, course
+from . import __version__, bench, course
 from .collectives import ALGORITHMS, allreduce
 from .runtime import Cluster, launch, limits
 from .runtime.limits import check_world_size
@@ -85,7 +85,8 @@ def _typed(convert, what: str):
         try:
             return convert(text)
         except (ValueError, TypeError) as e:
-            raise argparse.ArgumentTypeError(f"{what}: {e}") from None
+            raise argparse.ArgumentTypeError(str(e) if "must be" in str(e) else f"{what}: {e}") \
+                from None
     parse.__name__ = what
     return parse
 
@@ -121,6 +122,7 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser() -> Parser:
     parser = Parser(prog="allreduce-edu", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"allreduce-edu {__version__}")
     sub = parser.add_subparsers(dest="command", required=True,
                                 metavar="{lessons,demo,bench,launch}")
     parser.commands = sub.choices  # name -> its parser, for errors found after parsing
@@ -235,6 +237,9 @@ def plan(args):
     if unknown or not algorithms:
         raise ValueError(f"unknown algorithm(s) {', '.join(unknown) or repr(args.algorithm)}; "
                          f"valid: {', '.join(ALGORITHMS)}")
+    if args.minbytes > args.maxbytes:
+        raise ValueError(f"-b {args.minbytes} is larger than -e {args.maxbytes}: "
+                         f"the sizes run from -b up to -e")
     sizes = bench.sweep(args.minbytes, args.maxbytes, args.stepfactor)
     links = None
     if args.topology:

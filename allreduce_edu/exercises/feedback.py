@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
+
+WIDTH = 90  # a notebook column at 1280 px, file browser open: longer lines break mid-word
+
+
+def wrap(text: str) -> str:
+    """`text` in lines of at most WIDTH columns, broken between words, paragraph by paragraph."""
+    return "\n".join(textwrap.fill(line, WIDTH, break_long_words=False, break_on_hyphens=False)
+                     for line in text.splitlines())
+
 
 SYMBOLS = {"passed": "✓", "failed": "✗", "not attempted": "○", "check failed": "⚠"}
 
@@ -28,7 +38,7 @@ class Feedback:
         return self.status != "not attempted"
 
     def __repr__(self) -> str:
-        return f"{SYMBOLS[self.status]} {self.message}"
+        return wrap(f"{SYMBOLS[self.status]} {self.message}")
 
 
 def passed(message: str) -> Feedback:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import progress as _progress
-from .feedback import Feedback, not_attempted
+from .feedback import Feedback, not_attempted, wrap
 
 # write a function, predict a number, pick a letter, fill in names
 KINDS = ("code", "number", "choice", "names")
@@ -172,7 +172,7 @@ def hint(exercise_id: str) -> None:
     _hints_given[ex.id] = given + 1
     more = (f"hint(\"{ex.id}\") again gives the next one." if given + 1 < len(ex.hints)
             else f"That was the last hint; solution(\"{ex.id}\") shows an answer.")
-    print(f"Hint {given + 1} of {len(ex.hints)} for {ex.id}: {ex.hints[given]}\n({more})")
+    print(wrap(f"Hint {given + 1} of {len(ex.hints)} for {ex.id}: {ex.hints[given]}\n({more})"))
 
 
 def solution(exercise_id: str) -> None:
@@ -209,8 +209,8 @@ def learner_or_reference(exercise_id: str, fn):
         print(f"Running your {name}: it passed exercise {ex.id}.")
         return fn
     why = "is not written yet" if not feedback.attempted else "has not passed its checker yet"
-    print(f"Your {name} {why} (exercise {ex.id}), so the reference solution runs in its place. "
-          f"Solve {ex.id} and run this cell again to see yours.")
+    print(wrap(f"Your {name} {why} (exercise {ex.id}), so the reference solution runs in its "
+               f"place. Solve {ex.id} and run this cell again to see yours."))
     return reference(ex.id)
 
 

@@ -94,7 +94,7 @@ class Cluster:
         Interrupted (Ctrl-C, "interrupt kernel"), it stops every rank, replaces those that do not
         stop, and says so.
         """
-        __tracebackhide__ = True  # IPython shows the learner's frames, not these
+        __tracebackhide__ = True  # IPython's debugger skips these frames
         if self.closed:
             raise RuntimeError("this Cluster is closed; create a new one (or call restart())")
         if self._dead:

@@ -46,6 +46,9 @@ def _checked(nproc: int, nnodes: int, node_rank: int, rendezvous: str | None, ho
 def check_arguments(args) -> None:
     """ValueError, before anything starts, for `allreduce-edu launch` options that cannot work."""
     _checked(args.nproc_per_node, args.nnodes, args.node_rank, args.rendezvous, args.host)
+    if not args.module and not os.path.isfile(args.script):
+        raise ValueError(f"no script {args.script!r} here: give the path of the file every rank "
+                         f"runs (or -m and a module)")
 
 
 def launch(argv: list[str], nproc: int, nnodes: int = 1, node_rank: int = 0,

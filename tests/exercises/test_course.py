@@ -62,6 +62,7 @@ def test_checker_answers_not_attempted_for_the_scaffold(exercise):
     feedback = ex.check(scaffold)
     assert isinstance(feedback, Feedback) and not feedback and not feedback.attempted
     assert f'hint("{exercise}")' in feedback.message
+    assert all(len(line) <= 90 for line in repr(feedback).splitlines())
 
 
 @pytest.mark.parametrize("exercise", sorted(EXERCISES))
@@ -72,9 +73,11 @@ def test_hints_come_in_steps_then_point_at_the_solution(exercise, capsys):
     for _ in range(len(ex.hints) + 1):
         hint(exercise)
     shown = capsys.readouterr().out
+    assert all(len(line) <= 90 for line in shown.splitlines())  # no line breaks mid-word in a notebook
+    flat = " ".join(shown.split())
     for k, text in enumerate(ex.hints):
-        assert f"Hint {k + 1} of {len(ex.hints)} for {exercise}: {text}" in shown
-    assert shown.rstrip().endswith(f'solution("{exercise}") shows an answer.')
+        assert " ".join(f"Hint {k + 1} of {len(ex.hints)} for {exercise}: {text}".split()) in flat
+    assert flat.endswith(f'solution("{exercise}") shows an answer.')
     solution(exercise)
     assert capsys.readouterr().out.strip().startswith(ex.solution.strip()[:40])
 
@@ -187,3 +190,9 @@ def test_a_check_that_breaks_is_not_blamed_on_the_learner_nor_counted(tmp_path, 
     assert not feedback and feedback.status == "check failed" and repr(feedback).startswith("⚠")
     assert "could not finish" in feedback.message and "not counted" in feedback.message
     assert not (tmp_path / "progress.json").exists()
+
+
+@pytest.mark.parametrize("exercise", sorted(EXERCISES))
+def test_scaffold_lines_fit_a_jupyterlab_column(exercise):
+    _, cell = CELLS[exercise]
+    assert all(len(line) <= 90 for line in course.source(cell).splitlines()), exercise

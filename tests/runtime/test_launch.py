@@ -209,6 +209,7 @@ def test_sigterm_to_the_launcher_stops_its_ranks(tmp_path):
 @pytest.mark.parametrize("mutual", [False, True])
 def test_launch_over_tls_with_the_rendezvous_behind_it_too(tmp_path, mutual):
     pytest.importorskip("cryptography")
+    sys.path.insert(0, str(ROOT / "tests" / "comm"))  # run alone, the comm tests' folder is not on it
     from test_security import self_signed  # a certificate for 127.0.0.1, its own CA
 
     tls = self_signed()
