@@ -24,6 +24,7 @@ class Event:
     # display chunks [lo, hi) the payload covers; None = whole buffer
     chunk: tuple[int, int] | None = None
     collective: str = ""  # e.g. "allreduce/ring"
+    via: str = ""  # the transport that carried it: "grpc", "shm", "local", "mpi", ...
 
     @property
     def duration(self) -> float:
@@ -173,7 +174,8 @@ class Trace:
                            "ts": us(e.t_start),
                            "dur": max(round(us(e.t_end) - us(e.t_start), 3), 0.0),
                            "args": {"src": e.src, "dst": e.dst, "step": e.step, "nbytes": e.nbytes,
-                                    "chunk": list(e.chunk) if e.chunk else None}})
+                                    "chunk": list(e.chunk) if e.chunk else None,
+                                    "via": e.via}})
         for r in sorted(self.receives, key=lambda r: r.t_start):
             waited = round(max(r.t_arrived - r.t_start, 0.0) * 1e6, 3)
             events.append({"name": f"recv {r.tag} ← {r.src}", "cat": "recv", "ph": "X",

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x61llreduce_edu/_proto/rank.proto\x12\rallreduce_edu\"j\n\tSignature\x12\x12\n\ncollective\x18\x01 \x01(\t\x12\x11\n\talgorithm\x18\x02 \x01(\t\x12\n\n\x02op\x18\x03 \x01(\t\x12\r\n\x05\x64type\x18\x04 \x01(\t\x12\r\n\x05shape\x18\x05 \x03(\x03\x12\x0c\n\x04root\x18\x06 \x01(\x03\"\xea\x01\n\x06Header\x12\x0b\n\x03src\x18\x01 \x01(\x05\x12\x0b\n\x03tag\x18\x02 \x01(\t\x12\x0b\n\x03seq\x18\x03 \x01(\x04\x12\r\n\x05\x65poch\x18\x04 \x01(\x04\x12\x15\n\rcollective_id\x18\x05 \x01(\x04\x12\x0c\n\x04step\x18\x06 \x01(\x05\x12\r\n\x05\x64type\x18\x07 \x01(\t\x12\r\n\x05shape\x18\x08 \x03(\x03\x12\x0e\n\x06nbytes\x18\t \x01(\x04\x12\x0e\n\x06offset\x18\n \x01(\x04\x12\x0e\n\x06length\x18\x0b \x01(\x04\x12+\n\tsignature\x18\x0c \x01(\x0b\x32\x18.allreduce_edu.SignatureJ\x04\x08\r\x10\x0eJ\x04\x08\x0e\x10\x0f\"<\n\x05\x46rame\x12%\n\x06header\x18\x01 \x01(\x0b\x32\x15.allreduce_edu.Header\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"#\n\x0f\x45xchangeSummary\x12\x10\n\x08messages\x18\x01 \x01(\x04\"\x1a\n\x0bPingRequest\x12\x0b\n\x03src\x18\x01 \x01(\x05\"-\n\tPingReply\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\x12\n\nworld_size\x18\x02 \x01(\x05\"@\n\x0bJoinRequest\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\x12\n\nworld_size\x18\x02 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\"\x1e\n\tJoinReply\x12\x11\n\taddresses\x18\x01 \x03(\t2\xc6\x01\n\x04Rank\x12\x42\n\x08\x45xchange\x12\x14.allreduce_edu.Frame\x1a\x1e.allreduce_edu.ExchangeSummary(\x01\x12<\n\x04Ping\x12\x1a.allreduce_edu.PingRequest\x1a\x18.allreduce_edu.PingReply\x12<\n\x04Join\x12\x1a.allreduce_edu.JoinRequest\x1a\x18.allreduce_edu.JoinReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x61llreduce_edu/_proto/rank.proto\x12\rallreduce_edu\"j\n\tSignature\x12\x12\n\ncollective\x18\x01 \x01(\t\x12\x11\n\talgorithm\x18\x02 \x01(\t\x12\n\n\x02op\x18\x03 \x01(\t\x12\r\n\x05\x64type\x18\x04 \x01(\t\x12\r\n\x05shape\x18\x05 \x03(\x03\x12\x0c\n\x04root\x18\x06 \x01(\x03\"\x92\x02\n\x06Header\x12\x0b\n\x03src\x18\x01 \x01(\x05\x12\x0b\n\x03tag\x18\x02 \x01(\t\x12\x0b\n\x03seq\x18\x03 \x01(\x04\x12\r\n\x05\x65poch\x18\x04 \x01(\x04\x12\x15\n\rcollective_id\x18\x05 \x01(\x04\x12\x0c\n\x04step\x18\x06 \x01(\x05\x12\r\n\x05\x64type\x18\x07 \x01(\t\x12\r\n\x05shape\x18\x08 \x03(\x03\x12\x0e\n\x06nbytes\x18\t \x01(\x04\x12\x0e\n\x06offset\x18\n \x01(\x04\x12\x0e\n\x06length\x18\x0b \x01(\x04\x12+\n\tsignature\x18\x0c \x01(\x0b\x32\x18.allreduce_edu.Signature\x12\x0f\n\x07segment\x18\x0f \x01(\x04\x12\x15\n\rsegment_bytes\x18\x10 \x01(\x04J\x04\x08\r\x10\x0eJ\x04\x08\x0e\x10\x0f\"<\n\x05\x46rame\x12%\n\x06header\x18\x01 \x01(\x0b\x32\x15.allreduce_edu.Header\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"#\n\x0f\x45xchangeSummary\x12\x10\n\x08messages\x18\x01 \x01(\x04\"\x1a\n\x0bPingRequest\x12\x0b\n\x03src\x18\x01 \x01(\x05\"H\n\tPingReply\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\x12\n\nworld_size\x18\x02 \x01(\x05\x12\x0c\n\x04host\x18\x03 \x01(\t\x12\x0b\n\x03shm\x18\x04 \x01(\t\"@\n\x0bJoinRequest\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\x12\n\nworld_size\x18\x02 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\"\x1e\n\tJoinReply\x12\x11\n\taddresses\x18\x01 \x03(\t2\xc6\x01\n\x04Rank\x12\x42\n\x08\x45xchange\x12\x14.allreduce_edu.Frame\x1a\x1e.allreduce_edu.ExchangeSummary(\x01\x12<\n\x04Ping\x12\x1a.allreduce_edu.PingRequest\x1a\x18.allreduce_edu.PingReply\x12<\n\x04Join\x12\x1a.allreduce_edu.JoinRequest\x1a\x18.allreduce_edu.JoinReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,19 +34,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SIGNATURE']._serialized_start=50
   _globals['_SIGNATURE']._serialized_end=156
   _globals['_HEADER']._serialized_start=159
-  _globals['_HEADER']._serialized_end=393
-  _globals['_FRAME']._serialized_start=395
-  _globals['_FRAME']._serialized_end=455
-  _globals['_EXCHANGESUMMARY']._serialized_start=457
-  _globals['_EXCHANGESUMMARY']._serialized_end=492
-  _globals['_PINGREQUEST']._serialized_start=494
-  _globals['_PINGREQUEST']._serialized_end=520
-  _globals['_PINGREPLY']._serialized_start=522
-  _globals['_PINGREPLY']._serialized_end=567
-  _globals['_JOINREQUEST']._serialized_start=569
-  _globals['_JOINREQUEST']._serialized_end=633
-  _globals['_JOINREPLY']._serialized_start=635
-  _globals['_JOINREPLY']._serialized_end=665
-  _globals['_RANK']._serialized_start=668
-  _globals['_RANK']._serialized_end=866
+  _globals['_HEADER']._serialized_end=433
+  _globals['_FRAME']._serialized_start=435
+  _globals['_FRAME']._serialized_end=495
+  _globals['_EXCHANGESUMMARY']._serialized_start=497
+  _globals['_EXCHANGESUMMARY']._serialized_end=532
+  _globals['_PINGREQUEST']._serialized_start=534
+  _globals['_PINGREQUEST']._serialized_end=560
+  _globals['_PINGREPLY']._serialized_start=562
+  _globals['_PINGREPLY']._serialized_end=634
+  _globals['_JOINREQUEST']._serialized_start=636
+  _globals['_JOINREQUEST']._serialized_end=700
+  _globals['_JOINREPLY']._serialized_start=702
+  _globals['_JOINREPLY']._serialized_end=732
+  _globals['_RANK']._serialized_start=735
+  _globals['_RANK']._serialized_end=933
 # @@protoc_insertion_point(module_scope)

@@ -23,7 +23,7 @@ class Signature(_message.Message):
     def __init__(self, collective: _Optional[str] = ..., algorithm: _Optional[str] = ..., op: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., root: _Optional[int] = ...) -> None: ...
 
 class Header(_message.Message):
-    __slots__ = ("src", "tag", "seq", "epoch", "collective_id", "step", "dtype", "shape", "nbytes", "offset", "length", "signature")
+    __slots__ = ("src", "tag", "seq", "epoch", "collective_id", "step", "dtype", "shape", "nbytes", "offset", "length", "signature", "segment", "segment_bytes")
     SRC_FIELD_NUMBER: _ClassVar[int]
     TAG_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -36,6 +36,8 @@ class Header(_message.Message):
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     LENGTH_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_BYTES_FIELD_NUMBER: _ClassVar[int]
     src: int
     tag: str
     seq: int
@@ -48,7 +50,9 @@ class Header(_message.Message):
     offset: int
     length: int
     signature: Signature
-    def __init__(self, src: _Optional[int] = ..., tag: _Optional[str] = ..., seq: _Optional[int] = ..., epoch: _Optional[int] = ..., collective_id: _Optional[int] = ..., step: _Optional[int] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., nbytes: _Optional[int] = ..., offset: _Optional[int] = ..., length: _Optional[int] = ..., signature: _Optional[_Union[Signature, _Mapping]] = ...) -> None: ...
+    segment: int
+    segment_bytes: int
+    def __init__(self, src: _Optional[int] = ..., tag: _Optional[str] = ..., seq: _Optional[int] = ..., epoch: _Optional[int] = ..., collective_id: _Optional[int] = ..., step: _Optional[int] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., nbytes: _Optional[int] = ..., offset: _Optional[int] = ..., length: _Optional[int] = ..., signature: _Optional[_Union[Signature, _Mapping]] = ..., segment: _Optional[int] = ..., segment_bytes: _Optional[int] = ...) -> None: ...
 
 class Frame(_message.Message):
     __slots__ = ("header", "data")
@@ -71,12 +75,16 @@ class PingRequest(_message.Message):
     def __init__(self, src: _Optional[int] = ...) -> None: ...
 
 class PingReply(_message.Message):
-    __slots__ = ("rank", "world_size")
+    __slots__ = ("rank", "world_size", "host", "shm")
     RANK_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    SHM_FIELD_NUMBER: _ClassVar[int]
     rank: int
     world_size: int
-    def __init__(self, rank: _Optional[int] = ..., world_size: _Optional[int] = ...) -> None: ...
+    host: str
+    shm: str
+    def __init__(self, rank: _Optional[int] = ..., world_size: _Optional[int] = ..., host: _Optional[str] = ..., shm: _Optional[str] = ...) -> None: ...
 
 class JoinRequest(_message.Message):
     __slots__ = ("rank", "world_size", "address")

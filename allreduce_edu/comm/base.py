@@ -36,7 +36,7 @@ class Request:
     """
 
     def __init__(self, comm: Communicator, dst: int, tag: str, nbytes: int, step: int, chunk):
-        self._comm, self._done = comm, False
+        self._comm, self._done, self.via = comm, False, comm.transport
         self.dst, self.tag, self.nbytes, self.step, self.chunk = dst, tag, nbytes, step, chunk
         self.t_start = time.perf_counter()
 
@@ -53,7 +53,8 @@ class Request:
         sig = c._signature
         c.trace.record(Event(c.rank, self.dst, self.tag, self.step, self.nbytes, self.t_start,
                              time.perf_counter(), self.chunk,
-                             f"{sig.collective}/{sig.algorithm}".rstrip("/") if sig else ""))
+                             f"{sig.collective}/{sig.algorithm}".rstrip("/") if sig else "",
+                             self.via))
 
 
 class Communicator:
@@ -62,6 +63,8 @@ class Communicator:
 
     Transports implement `_post` (start moving a message to `dst`); everything else is shared.
     """
+
+    transport = "local"  # what carries its messages (each Request may say otherwise)
 
     def __init__(self, rank: int, world_size: int, timeout: float = 30.0):
         if not 0 <= rank < world_size:

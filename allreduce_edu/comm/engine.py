@@ -70,6 +70,10 @@ class EngineCommunicator(Communicator):
     and the engine's own all-reduce."""
 
     engine = ""  # "mpi", "gloo": the name of the engine's own all-reduce in bench rows
+
+    @property
+    def transport(self) -> str:  # what carries the messages: the engine
+        return self.engine
     tag_limit = 2**31 - 1  # integer tags run 0 .. tag_limit - 1
 
     def _post(self, dst: int, msg: Message, chunk) -> Request:

@@ -9,6 +9,7 @@ dies ends the stream, which fails every later send to it and every recv from it 
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -80,6 +81,7 @@ class PeerLink:
         if (reply.rank, reply.world_size) != (self.dst, self.comm.world_size):
             raise RankFailure(f"{self.address} is rank {reply.rank} of {reply.world_size}, "
                               f"not rank {self.dst} of {self.comm.world_size}", ranks=(self.dst,))
+        self.peer = reply  # its host and shared-memory socket, for the shm transport
         exchange = self.channel.stream_unary(EXCHANGE, request_serializer=None,
                                              response_deserializer=pb.ExchangeSummary.FromString)
         self._call = exchange.future(self._frames(), metadata=md)
@@ -148,8 +150,22 @@ class PeerLink:
         self.channel.close()
 
 
+def host_identity() -> str:
+    """Which machine this is, as shared memory sees it: the boot id and the network namespace
+    (ranks in two namespaces cannot reach each other's abstract Unix sockets)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        return f"{boot}/{os.stat('/proc/self/ns/net').st_ino}"
+    except OSError:  # not Linux: no shared memory transport
+        return ""
+
+
 class GrpcCommunicator(Communicator):
     """A rank whose messages travel over gRPC between processes (or machines)."""
+
+    transport = "grpc"
+    shm_socket = ""  # the shm transport's doorbell socket; "" = messages only over gRPC
 
     def __init__(self, rank: int, world_size: int, *, token: str, host: str = "127.0.0.1",
                  port: int = 0, timeout: float = 30.0, max_message_bytes: int = MAX_MESSAGE_BYTES,
@@ -193,18 +209,22 @@ class GrpcCommunicator(Communicator):
                 self._links[dst].open(self.timeout if timeout is None else timeout)
 
     def _post(self, dst: int, msg: Message, chunk) -> Request:
+        self._check_size(msg)
         request = GrpcRequest(self, dst, msg.tag, msg.array.nbytes, msg.step, chunk)
-        if msg.array.nbytes > self.max_message_bytes:
-            raise ValueError(f"rank {self.rank}: a {msg.array.nbytes}-byte message is over this "
-                             f"cluster's limit of {self.max_message_bytes} bytes; "
-                             f"send it in pieces")
         if dst == self.rank:  # to itself: straight into the mailbox
             msg.array = msg.array.copy()
             self._mailbox.deliver(msg)
             request.finish()
         else:
+            request.via = "grpc"
             self._links[dst].post(msg, request)
         return request
+
+    def _check_size(self, msg: Message) -> None:
+        if msg.array.nbytes > self.max_message_bytes:
+            raise ValueError(f"rank {self.rank}: a {msg.array.nbytes}-byte message is over this "
+                             f"cluster's limit of {self.max_message_bytes} bytes; "
+                             f"send it in pieces")
 
     def abort(self, error: CollectiveError) -> None:
         super().abort(error)
@@ -226,7 +246,8 @@ class GrpcCommunicator(Communicator):
 
     # --- the server side --------------------------------------------------------------------
     def _serve_ping(self, request, context):
-        return pb.PingReply(rank=self.rank, world_size=self.world_size)
+        return pb.PingReply(rank=self.rank, world_size=self.world_size, host=host_identity(),
+                            shm=self.shm_socket)
 
     def _serve_join(self, request, context):
         # set on rank 0 of an SPMD launch (allreduce_edu.runtime.rendezvous)

@@ -43,9 +43,8 @@ def _read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
             return value, pos
 
 
-def encode_frames(msg: Message, seq: int, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
-    """Yield the frames of one message:
-    each a valid `Frame`, its data field written without protobuf."""
+def header_of(msg: Message, seq: int) -> pb.Header:
+    """The Header that describes `msg` (offset and length still to set)."""
     sig = msg.signature
     header = pb.Header(src=msg.src, tag=msg.tag, seq=seq, epoch=msg.epoch,
                        collective_id=msg.collective_id, step=msg.step, dtype=msg.array.dtype.name,
@@ -54,6 +53,13 @@ def encode_frames(msg: Message, seq: int, chunk_bytes: int = CHUNK_BYTES) -> Ite
         header.signature.CopyFrom(pb.Signature(collective=sig.collective, algorithm=sig.algorithm,
                                                op=sig.op, dtype=sig.dtype, shape=sig.shape,
                                                root=sig.root))
+    return header
+
+
+def encode_frames(msg: Message, seq: int, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """Yield the frames of one message:
+    each a valid `Frame`, its data field written without protobuf."""
+    header = header_of(msg, seq)
     payload = memoryview(msg.array.reshape(-1)).cast("B")
     offset = 0
     while True:
@@ -138,10 +144,14 @@ class Assembler:
         self._header, self._flat, self._array, self._received = None, None, None, 0
 
     def add(self, frame: bytes) -> Message | None:
-        h, data = decode_frame(frame)
+        return self.add_decoded(*decode_frame(frame))
+
+    def add_decoded(self, h: pb.Header, data: memoryview) -> Message | None:
         check_header(h, self.world_size, self.src, self.max_bytes)
         if h.length != len(data):
             raise WireError(f"header says {h.length} bytes, frame carries {len(data)}")
+        if h.segment:
+            raise WireError("a shared-memory frame on a stream that has no shared memory")
         if self._header is None:  # first chunk of a new message
             if h.seq != self.messages + 1 or h.offset != 0:
                 raise WireError(f"expected message {self.messages + 1} from offset 0, "
@@ -159,3 +169,11 @@ class Assembler:
         message = to_message(self._header, self._array)
         self.messages, self._header, self._flat, self._array = self._header.seq, None, None, None
         return message
+
+    def take_seq(self, h: pb.Header) -> None:
+        """Count a whole message that came another way (the shm transport's segments),
+        checking it is the next one and none is half assembled."""
+        if self._header is not None or h.seq != self.messages + 1:
+            raise WireError(f"expected message {self.messages + 1}"
+                            f"{' to continue' if self._header is not None else ''}, got {h.seq}")
+        self.messages = h.seq

@@ -16,7 +16,7 @@ from .processes import GUARD_HINT, ProcessRanks
 from .threads import ThreadRanks
 from .worker import GRACE, Report
 
-TRANSPORTS = ("grpc", "local")
+TRANSPORTS = ("grpc", "shm", "local")
 
 
 class Cluster:
@@ -24,6 +24,8 @@ class Cluster:
 
     transport="grpc": one process per rank, each a gRPC server on `host`
     (127.0.0.1: this machine only), with TLS when `tls` (a `TLS` of PEM bytes) is given.
+    transport="shm": the same processes, gRPC for control; their messages' bytes go through
+    shared memory (allreduce_edu.comm.shm).
     transport="local": one thread per rank in this process, for instant traces and tests.
     `timeout` bounds every wait for a peer, in seconds.
     `links` (see allreduce_edu.comm.links) delays every message as an emulated network link would.
@@ -51,9 +53,9 @@ class Cluster:
 
     def _start(self) -> None:
         self._dead: set[int] = set()
-        if self.transport == "grpc":
+        if self.transport != "local":
             self._world = ProcessRanks(self.world_size, secrets.token_hex(16), self.host,
-                                       self.timeout, self.tls, self.links)
+                                       self.timeout, self.tls, self.links, self.transport)
         else:
             self._world = ThreadRanks(self.world_size, self.timeout, self.links)
         self._finalizer = weakref.finalize(self, self._world.close)

@@ -25,7 +25,7 @@ class ProcessRanks:
     """One spawned process per rank, each a gRPC server; the parent talks to each over a pipe."""
 
     def __init__(self, world_size: int, token: str, host: str, timeout: float, tls=None,
-                 links=None):
+                 links=None, transport: str = "grpc"):
         # never fork: gRPC and Numba's threads are not fork-safe
         ctx = multiprocessing.get_context("spawn")
         self.conns, self.procs = [], []
@@ -33,7 +33,7 @@ class ProcessRanks:
             parent_end, child_end = ctx.Pipe()
             proc = ctx.Process(target=worker.main, name=f"allreduce-edu-rank-{rank}", daemon=True,
                                args=(worker.ClusterStart(rank, world_size, token, host, timeout,
-                                                         child_end, tls, links),))
+                                                         child_end, tls, links, transport),))
             proc.start()
             child_end.close()
             self.conns.append(parent_end)

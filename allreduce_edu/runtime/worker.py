@@ -167,9 +167,10 @@ class ClusterStart:
 
     one_shot = False
 
-    def __init__(self, rank, world_size, token, host, timeout, conn, tls=None, links=None):
+    def __init__(self, rank, world_size, token, host, timeout, conn, tls=None, links=None,
+                 transport="grpc"):
         self.rank, self.world_size, self.token = rank, world_size, token
-        self.host, self.timeout = host, timeout
+        self.host, self.timeout, self.transport = host, timeout, transport
         self.conn, self.tls, self.links = conn, tls, links
 
     def send(self, item) -> None:
@@ -180,8 +181,10 @@ class ClusterStart:
         self._lock = threading.Lock()  # made here: a lock cannot travel to the new process
         become_rank(self.rank, self.world_size, os.getppid(), "cluster")
         from ..comm.grpc import GrpcCommunicator
+        from ..comm.shm import ShmCommunicator
 
-        comm = GrpcCommunicator(self.rank, self.world_size, token=self.token, host=self.host,
+        kind = ShmCommunicator if self.transport == "shm" else GrpcCommunicator
+        comm = kind(self.rank, self.world_size, token=self.token, host=self.host,
                                 timeout=self.timeout, tls=self.tls)
         comm.use_links(self.links)
         self.send(("ready", comm.address))

@@ -163,11 +163,14 @@ def test_soak_2000_allreduces_stay_correct_and_flat():
     assert checked == runs * per_run * 4
     report = []
     for rank in range(4):
-        warm, end = samples[0][rank][1], samples[-1][rank][1]  # after the first run (warm-up), after the last
+        rss = [run[rank][1]["rss_mib"] for run in samples]
+        warm, end = samples[1][rank][1], samples[-1][rank][1]  # after the warm-up run, after the last
         report.append(f"rank {rank}: threads {warm['threads']}→{end['threads']}, fds {warm['fds']}→{end['fds']}, "
-                      f"RSS {warm['rss_mib']:.0f}→{end['rss_mib']:.0f} MiB")
+                      f"RSS by run {' '.join(f'{m:.0f}' for m in rss)} MiB")
         assert end["threads"] == warm["threads"], report[-1]
         assert end["fds"] <= warm["fds"] + 2, report[-1]
-        assert end["rss_mib"] - warm["rss_mib"] < 20, report[-1]
+        # RSS moves ±15 MiB from run to run (the allocator's arenas); a leak lifts the floor: the lowest
+        # of the last three runs would pass the highest of the first three after warm-up
+        assert min(rss[-3:]) - max(rss[1:4]) < 10, report[-1]
     print(f"\nsoak: {runs * per_run} all-reduces on 4 gRPC ranks ({checked} results checked) in {elapsed:.0f} s\n"
           + "\n".join(report))

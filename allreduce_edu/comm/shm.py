@@ -1,0 +1,319 @@
+"""Shared-memory transport: gRPC for control, shared memory for bytes. Introduced in lessons/10.
+
+Ranks start, rendezvous, ship work and report errors over gRPC exactly as on the gRPC transport.
+Between two ranks on one machine, a message's bytes go into a shared-memory segment of the sender's
+(one copy), and its header (the same protobuf Header the wire carries, checked the same way) goes
+over a Unix socket that is also the doorbell: the receiver blocks on it (never spins: 4 ranks share
+2 cores here), and its end-of-file says at once that the peer is gone. The receiver reads, or
+reduces, straight from the sender's segment; small messages travel inline on the socket. Ranks on
+other machines get gRPC, as before: NCCL's SHM and NET transports, Open MPI's `sm` and `tcp`.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import secrets
+import socket
+import struct
+import threading
+import time
+
+import numpy as np
+
+from .._proto import rank_pb2 as pb
+from .base import Request
+from .errors import CollectiveTimeout, RankFailure
+from .grpc import GrpcCommunicator, host_identity
+from .mailbox import Message
+from .segments import MIN_SEGMENT, POOL_BYTES, Lease, Pool, Segment
+from .wire import Assembler, WireError, check_header, decode_frame, encode_frames, header_of, \
+    to_message
+
+log = logging.getLogger("allreduce_edu")
+
+INLINE_BYTES = 32 << 10  # messages up to this size travel in the socket frame itself
+FRAME_BYTES = INLINE_BYTES + (16 << 10)  # one seqpacket: a header plus at most INLINE_BYTES
+MESSAGE, RELEASE = b"M", b"R"  # a frame's first byte: a message, or "I am done with segment n"
+TICK = 0.5  # how often waiting threads look whether their communicator is closing
+
+
+class ShmLink:
+    """This rank's link with one peer on the same machine: a SOCK_SEQPACKET Unix socket (headers,
+    doorbells, segment descriptors, releases), the segments it sends from, those it reads from."""
+
+    def __init__(self, comm: ShmCommunicator, peer: int, sock: socket.socket):
+        self.comm, self.peer = comm, peer
+        self.sock = sock  # for sending, with the communicator's deadline
+        self.sock.settimeout(comm.timeout)
+        self._rsock = socket.socket(fileno=os.dup(sock.fileno()))  # for the receiving thread
+        self._rsock.settimeout(TICK)
+        self.pool = Pool()
+        self.theirs: dict[int, Segment] = {}
+        self.leased: set[int] = set()
+        self.error: RankFailure | None = None
+        self._lock = threading.RLock()  # a release may be sent by a finaliser inside a send
+        self._seq = 0
+        self._assembler = Assembler(comm.rank, comm.world_size, peer, comm.max_message_bytes)
+        self._thread = threading.Thread(target=self._receive, daemon=True,
+                                        name=f"rank{comm.rank}-shm-from-{peer}")
+        self._thread.start()
+
+    # --- sending -------------------------------------------------------------------------------
+    def post(self, msg: Message) -> None:
+        """Copy `msg` into a segment (or the frame) and ring the peer's doorbell."""
+        nbytes = msg.array.nbytes
+        got = self.pool.acquire(nbytes) if nbytes > INLINE_BYTES else None
+        if got is None:
+            with self._lock:
+                seq = self._next_seq()
+                for frame in encode_frames(msg, seq, INLINE_BYTES):
+                    self._send([MESSAGE, frame])
+            return
+        segment, new = got
+        segment.bytes[:nbytes] = msg.array.reshape(-1).view(np.uint8)  # the one copy
+        with self._lock:
+            header = header_of(msg, self._next_seq())
+            header.segment, header.segment_bytes = segment.id, segment.size
+            frame = pb.Frame(header=header).SerializeToString()
+            try:
+                self._send([MESSAGE, frame], [segment.fd] if new else [])
+            except BaseException:
+                if new:
+                    self.pool.forget(segment)
+                raise
+        if new:
+            segment.handed_over()
+
+    def _next_seq(self) -> int:
+        if self.error is not None:
+            raise self.error
+        self._seq += 1
+        return self._seq
+
+    def _send(self, buffers: list, fds=()) -> None:
+        c = self.comm
+        try:
+            if fds:
+                socket.send_fds(self.sock, buffers, fds)
+            else:
+                self.sock.sendmsg(buffers)
+        except TimeoutError:
+            raise CollectiveTimeout(f"rank {c.rank}: rank {self.peer} took no message for "
+                                    f"{c.timeout:.0f} s (its socket is full); is it stuck?",
+                                    ranks=(self.peer,)) from None
+        except OSError as e:
+            self.error = RankFailure(f"rank {self.peer} is gone (rank {c.rank}'s shared-memory "
+                                     f"link to it failed: {e.strerror})", ranks=(self.peer,))
+            raise self.error from None
+
+    def give_back(self, segment: int) -> None:
+        """The last view of a received array is gone: the sender may reuse its segment."""
+        self.leased.discard(segment)
+        if self.error is None and not self.comm.closing:
+            with self._lock:
+                self.sock.sendmsg([RELEASE, segment.to_bytes(8, "little")])
+
+    # --- receiving (one thread per peer) -------------------------------------------------------
+    def _receive(self) -> None:
+        reason = "its process exited"
+        try:
+            while True:
+                try:
+                    data, fds, flags, _ = socket.recv_fds(self._rsock, FRAME_BYTES, 1)
+                except TimeoutError:
+                    if self.comm.closing:
+                        return
+                    continue
+                if not data:
+                    break  # end of file: the peer closed, or died
+                try:
+                    self._take(data, fds, flags)
+                except WireError as e:
+                    log.warning("rank %d refused a frame from rank %d: %s",
+                                self.comm.rank, self.peer, e)
+                    reason = f"it sent a frame that breaks the contract: {e}"
+                    break
+                finally:
+                    for fd in fds:
+                        os.close(fd)
+        except OSError as e:
+            reason = f"its socket failed: {e.strerror}"
+        if self.comm.closing:
+            return
+        self.error = self.error or RankFailure(
+            f"rank {self.peer} is gone (rank {self.comm.rank}'s shared-memory link to it ended: "
+            f"{reason})", ranks=(self.peer,))
+        self.comm._mailbox.peer_failed(self.peer, f"its shared-memory link ended ({reason})")
+        self._shutdown()
+
+    def _take(self, data: bytes, fds: list[int], flags: int) -> None:
+        if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+            raise WireError("a frame longer than a socket frame may be")
+        kind, body = data[:1], memoryview(data)[1:]
+        if kind == RELEASE:
+            if fds or len(body) != 8 or not self.pool.release(int.from_bytes(body, "little")):
+                raise WireError("a release of a segment this rank never sent")
+            return
+        if kind != MESSAGE:
+            raise WireError(f"unknown frame kind {kind!r}")
+        h, payload = decode_frame(body)
+        if not h.segment:
+            if fds:
+                raise WireError("a file descriptor with an inline frame")
+            message = self._assembler.add_decoded(h, payload)
+        else:
+            message = to_message(h, self._lease(h, fds))
+        if message is not None:
+            self.comm._mailbox.deliver(message)
+
+    def _lease(self, h: pb.Header, fds: list[int]) -> np.ndarray:
+        """The array a segment frame describes, in the sender's segment (checked first)."""
+        check_header(h, self.comm.world_size, self.peer, self.comm.max_message_bytes)
+        if h.offset or h.length:
+            raise WireError("a segment frame carries data of its own")
+        self._assembler.take_seq(h)
+        if fds:
+            size = h.segment_bytes
+            if (len(fds) != 1 or h.segment in self.theirs or size < MIN_SEGMENT
+                    or size & (size - 1) or sum(s.size for s in self.theirs.values()) + size
+                    > POOL_BYTES):
+                raise WireError(f"segment {h.segment} of {size} bytes: not a new segment "
+                                f"within the {POOL_BYTES}-byte limit")
+            try:
+                self.theirs[h.segment] = Segment(h.segment, size, fds.pop())
+            except (OSError, ValueError) as e:
+                raise WireError(f"segment {h.segment} cannot be mapped: {e}") from None
+        segment = self.theirs.get(h.segment)
+        if segment is None or segment.size != h.segment_bytes:
+            raise WireError(f"unknown segment {h.segment} ({h.segment_bytes} bytes)")
+        if h.segment in self.leased:
+            raise WireError(f"segment {h.segment} reused while rank {self.comm.rank} holds it")
+        self.leased.add(h.segment)
+        return np.asarray(Lease(segment, np.dtype(h.dtype), tuple(h.shape), self.give_back))
+
+    def _shutdown(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes our receiving thread; the peer sees EOF
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self._shutdown()
+        if self._thread is not threading.current_thread():
+            self._thread.join(2 * TICK)
+        self.sock.close()
+        self._rsock.close()
+
+
+class ShmCommunicator(GrpcCommunicator):
+    """A gRPC rank that sends to peers on its own machine through shared memory."""
+
+    transport = "shm"
+
+    def __init__(self, rank: int, world_size: int, *, token: str, **kwargs):
+        super().__init__(rank, world_size, token=token, **kwargs)
+        self._token = token.encode()
+        self._shm: dict[int, ShmLink] = {}
+        self._arrived = threading.Condition()
+        # an abstract Unix socket: no file to leave behind; unguessable; token and uid checked
+        self.shm_socket = f"allreduce-edu-{secrets.token_hex(16)}"
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        self._listener.bind("\0" + self.shm_socket)
+        self._listener.listen(world_size)
+        self._listener.settimeout(TICK)
+        self._acceptor = threading.Thread(target=self._accept, daemon=True,
+                                          name=f"rank{rank}-shm-accept")
+        self._acceptor.start()
+
+    def connect(self, addresses: list[str], timeout: float | None = None) -> None:
+        """Open the gRPC streams, then a shared-memory link to every peer on this machine
+        (each rank dials the lower ranks and waits for the higher ones to dial it)."""
+        timeout = self.timeout if timeout is None else timeout
+        super().connect(addresses, timeout)
+        deadline, me = time.monotonic() + timeout, host_identity()
+        local = {dst for dst, link in self._links.items() if me and link.peer.host == me
+                 and link.peer.shm}
+        for dst in sorted(d for d in local if d < self.rank):
+            self._dial(dst, self._links[dst].peer.shm, deadline)
+        with self._arrived:
+            while not local <= set(self._shm):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    missing = sorted(local - set(self._shm))
+                    raise RankFailure(f"rank {self.rank}: ranks {missing} on this machine did "
+                                      f"not open their shared-memory links within {timeout:.0f} s",
+                                      ranks=tuple(missing))
+                self._arrived.wait(remaining)
+
+    def peers_on_shm(self) -> list[int]:
+        """The ranks this one reaches through shared memory."""
+        return sorted(self._shm)
+
+    def _dial(self, dst: int, name: str, deadline: float) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        sock.settimeout(max(deadline - time.monotonic(), 0.1))
+        try:
+            sock.connect("\0" + name)
+            sock.sendall(self._token + b" " + str(self.rank).encode())
+            if sock.recv(16) != b"ok":
+                raise OSError(0, "it refused this rank")
+        except OSError as e:
+            sock.close()
+            raise RankFailure(f"rank {self.rank} cannot open a shared-memory link to rank {dst}: "
+                              f"{e.strerror or e}", ranks=(dst,)) from None
+        self._add(dst, sock)
+
+    def _accept(self) -> None:
+        while not self.closing:
+            try:
+                sock, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return  # the listener closed
+            peer = self._handshake(sock)
+            if peer is None:
+                sock.close()
+            else:
+                sock.sendall(b"ok")
+                self._add(peer, sock)
+
+    def _handshake(self, sock: socket.socket) -> int | None:
+        """The dialling peer's rank, if it knows the token and runs as this user; else None."""
+        try:
+            sock.settimeout(2.0)
+            pid, uid, gid = struct.unpack("3i", sock.getsockopt(
+                socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+            token, _, rank = sock.recv(256).partition(b" ")
+        except OSError:
+            return None
+        ok = (hmac.compare_digest(token, self._token) and uid == os.getuid() and rank.isdigit()
+              and int(rank) != self.rank and int(rank) < self.world_size
+              and int(rank) not in self._shm)
+        if not ok:
+            log.warning("rank %d refused a shared-memory link from pid %d", self.rank, pid)
+        return int(rank) if ok else None
+
+    def _add(self, peer: int, sock: socket.socket) -> None:
+        with self._arrived:
+            self._shm[peer] = ShmLink(self, peer, sock)
+            self._arrived.notify_all()
+
+    def _post(self, dst: int, msg: Message, chunk) -> Request:
+        link = self._shm.get(dst)
+        if link is None:  # itself, or a rank on another machine: gRPC
+            return super()._post(dst, msg, chunk)
+        self._check_size(msg)
+        request = Request(self, dst, msg.tag, msg.array.nbytes, msg.step, chunk)
+        link.post(msg)  # eager: the data is in the segment when this returns
+        return request
+
+    def close(self, drain: float = 5.0) -> None:
+        self.closing = True
+        self._listener.close()
+        for link in list(self._shm.values()):
+            link.close()
+        self._acceptor.join(2 * TICK)
+        super().close(drain)
