@@ -13,6 +13,7 @@ import numpy as np
 from . import __version__, bench, course
 from .collectives import ALGORITHMS, allreduce
 from .runtime import Cluster, launch, limits
+from .runtime.cluster import TRANSPORTS
 from .runtime.limits import check_world_size
 from .trace import format_bytes
 
@@ -149,7 +150,7 @@ def build_parser() -> Parser:
     p = sub.add_parser("demo", help="run every algorithm on real ranks and check it against NumPy")
     p.add_argument("-n", "--world-size", type=POSITIVE, default=4, help="ranks (default 4)")
     p.add_argument("--count", type=COUNT, default=1 << 18, help="float32 elements per rank")
-    p.add_argument("--transport", choices=("grpc", "local"), default="grpc", help="default grpc")
+    p.add_argument("--transport", choices=TRANSPORTS, default="grpc", help="default grpc")
     p.add_argument("--max-ranks", **LIMIT)
 
     p = sub.add_parser("bench", help="nccl-tests style all-reduce benchmark "
@@ -164,7 +165,7 @@ def build_parser() -> Parser:
                    help="--op layernorm: comma-separated hidden sizes")
     p.add_argument("--algorithm", default=",".join(ALGORITHMS),
                    help=f"comma-separated, from {', '.join(ALGORITHMS)} (default: all)")
-    p.add_argument("--transport", choices=("grpc", "local"), default="grpc", help="default grpc")
+    p.add_argument("--transport", choices=TRANSPORTS, default="grpc", help="default grpc")
     p.add_argument("-b", "--minbytes", type=SIZE, default=8,
                    help="smallest size, e.g. 8, 64K (default 8)")
     p.add_argument("-e", "--maxbytes", type=SIZE, default=64 << 20,

@@ -6,6 +6,7 @@ import multiprocessing
 import os
 import tempfile
 
+import numpy as np
 import pytest
 
 # Checkers record progress; tests and the lessons' nbval kernels (which inherit this environment) must never
@@ -38,7 +39,7 @@ def _close_clusters():
         cluster.close()
 
 
-@pytest.fixture(params=["local", "grpc"])
+@pytest.fixture(params=["local", "grpc", "shm"])
 def transport(request) -> str:
     return request.param
 
@@ -50,3 +51,51 @@ def no_leftover_processes():
     yield
     leftover = [p for p in multiprocessing.active_children() if p not in before and p.name.startswith("allreduce-edu")]
     assert not leftover, f"rank processes left running: {leftover}"
+
+
+def shm_objects() -> int:
+    """Shared memory this user holds anywhere: /dev/shm entries, plus our memfd mappings."""
+    count = len(os.listdir("/dev/shm"))
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                count += sum("memfd:allreduce-edu" in line for line in f)
+        except OSError:
+            pass  # gone, or not ours
+    return count
+
+
+# --- the canonical all-reduce check (tests/collectives, tests/comm) --------------------------
+DTYPES = ["float32", "float64", "int32", "int64"]
+REFERENCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
+
+
+def contribution(rank: int, shape, dtype, seed: int = 0) -> np.ndarray:
+    """Rank r's input: small values (so int products do not overflow), different on every rank."""
+    rng = np.random.default_rng([seed, rank])
+    if np.dtype(dtype).kind == "f":
+        return rng.uniform(-2, 2, size=shape).astype(dtype)
+    return rng.integers(-3, 4, size=shape).astype(dtype)
+
+
+def _allreduce_on_rank(comm, algorithm, op, shape, dtype, seed, strided):
+    x = contribution(comm.rank, shape, dtype, seed)
+    if strided:  # a non-contiguous view of a bigger array
+        x = np.repeat(x[..., None], 2, axis=-1)[..., 0]
+    before = x.copy()
+    y = ae.allreduce(comm, x, op=op, algorithm=algorithm)
+    assert np.array_equal(x, before, equal_nan=True), "the caller's input was modified"
+    return y
+
+
+def check_allreduce(cluster, algorithm, op, shape, dtype, seed=0, strided=False):
+    results = cluster.run(_allreduce_on_rank, algorithm, op, shape, dtype, seed, strided)
+    stacked = np.stack([contribution(r, shape, dtype, seed) for r in range(cluster.world_size)])
+    expected = REFERENCE[op](stacked.astype(np.float64) if stacked.dtype.kind == "f" else stacked, axis=0)
+    for rank, y in enumerate(results):
+        assert y.shape == tuple(shape) and y.dtype == np.dtype(dtype), f"rank {rank}: {y.shape} {y.dtype}"
+        assert y.tobytes() == results[0].tobytes(), f"rank {rank} differs from rank 0"
+    if np.dtype(dtype).kind == "f":
+        np.testing.assert_allclose(results[0], expected, rtol=1e-4 if dtype == "float32" else 1e-10, atol=1e-5)
+    else:
+        np.testing.assert_array_equal(results[0], expected.astype(dtype))

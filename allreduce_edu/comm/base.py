@@ -119,7 +119,7 @@ class Communicator:
         t_start = time.perf_counter()
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         msg = self._mailbox.take(src, tag, self._epoch, self._current_id(), self._signature,
-                                 deadline)
+                                 deadline, self._pump(src))
         self.trace.record_receive(Receive(self.rank, src, tag, msg.step, msg.array.nbytes, t_start,
                                           msg.t_arrived, time.perf_counter()))
         return msg.array
@@ -186,6 +186,11 @@ class Communicator:
     # --- for transports -------------------------------------------------------------------
     def _post(self, dst: int, msg: Message, chunk) -> Request:
         raise NotImplementedError
+
+    def _pump(self, src: int):
+        """How a recv from `src` waits: None (until another thread delivers), or a callable
+        that reads the transport on the caller's thread (the shm transport: no thread hop)."""
+        return None
 
     def _check_peer(self, peer, what: str) -> None:
         if not isinstance(peer, (int, np.integer)) or not 0 <= peer < self.world_size:

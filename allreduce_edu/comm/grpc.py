@@ -220,6 +220,10 @@ class GrpcCommunicator(Communicator):
             self._links[dst].post(msg, request)
         return request
 
+    def peers_on_shm(self) -> list[int]:
+        """The ranks this one reaches through shared memory (none: every message is gRPC)."""
+        return []
+
     def _check_size(self, msg: Message) -> None:
         if msg.array.nbytes > self.max_message_bytes:
             raise ValueError(f"rank {self.rank}: a {msg.array.nbytes}-byte message is over this "

@@ -13,6 +13,8 @@ import numpy as np
 
 from .errors import CollectiveError, CollectiveMismatch, CollectiveTimeout, RankFailure
 
+PUMP_SLICE = 0.05  # a pumping wait looks at aborts and failed peers this often
+
 
 @dataclass(frozen=True)
 class Signature:
@@ -72,9 +74,13 @@ class Mailbox:
             self._cond.notify_all()
 
     def take(self, src: int, tag: str, epoch: int, collective_id: int,
-             signature: Signature | None, deadline: float) -> Message:
+             signature: Signature | None, deadline: float, pump=None) -> Message:
         """Wait for the next message from `src` with `tag` in this collective,
-        or raise why it can't come."""
+        or raise why it can't come.
+
+        `pump(seconds)`, if given, is how this thread waits: it reads from the transport itself
+        (at most that long) instead of sleeping until another thread delivers.
+        """
         key = (src, epoch, collective_id, tag)
         with self._cond:
             while True:
@@ -97,7 +103,14 @@ class Mailbox:
                         f"rank {self.rank} waited past its deadline for {tag!r} "
                         f"from rank {src} {what}; "
                         f"is rank {src} stuck, or did it call something else?", ranks=(src,))
-                self._cond.wait(remaining)
+                if pump is None:
+                    self._cond.wait(remaining)
+                    continue
+                self._cond.release()
+                try:
+                    pump(min(remaining, PUMP_SLICE))
+                finally:
+                    self._cond.acquire()
 
     def _check_agreement(self, epoch: int, collective_id: int, mine: Signature) -> None:
         for src, theirs in self._signatures.get((epoch, collective_id), {}).items():

@@ -82,7 +82,8 @@ class Pool:
             if self.total + size > self.limit:
                 return None
             segment = Segment(self._next, size)
-            self._all[segment.id], self._next, self.total = segment, self._next + 1, self.total + size
+            self._all[segment.id] = segment
+            self._next, self.total = self._next + 1, self.total + size
             return segment, True
 
     def release(self, id: int) -> bool:

@@ -112,6 +112,8 @@ def check_header(h: pb.Header, world_size: int, src: int,
     if h.nbytes != expected or expected > max_bytes:
         raise WireError(f"nbytes={h.nbytes} for {h.dtype}{tuple(h.shape)} (expected {expected}, "
                         f"limit {max_bytes})")
+    if h.segment and h.segment_bytes < h.nbytes:
+        raise WireError(f"a {h.nbytes}-byte array in a {h.segment_bytes}-byte segment")
     if h.offset + h.length > h.nbytes:
         raise WireError(f"chunk [{h.offset}, {h.offset + h.length}) outside a "
                         f"{h.nbytes}-byte array")

@@ -4,46 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import cluster_for
+from conftest import DTYPES, check_allreduce, cluster_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import allreduce_edu as ae
 from allreduce_edu.collectives import ALGORITHMS, OPS
-
-DTYPES = ["float32", "float64", "int32", "int64"]
-REFERENCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
-
-
-def contribution(rank: int, shape, dtype, seed: int = 0) -> np.ndarray:
-    """Rank r's input: small values (so int products do not overflow), different on every rank."""
-    rng = np.random.default_rng([seed, rank])
-    if np.dtype(dtype).kind == "f":
-        return rng.uniform(-2, 2, size=shape).astype(dtype)
-    return rng.integers(-3, 4, size=shape).astype(dtype)
-
-
-def _allreduce_on_rank(comm, algorithm, op, shape, dtype, seed, strided):
-    x = contribution(comm.rank, shape, dtype, seed)
-    if strided:  # a non-contiguous view of a bigger array
-        x = np.repeat(x[..., None], 2, axis=-1)[..., 0]
-    before = x.copy()
-    y = ae.allreduce(comm, x, op=op, algorithm=algorithm)
-    assert np.array_equal(x, before, equal_nan=True), "the caller's input was modified"
-    return y
-
-
-def check_allreduce(cluster, algorithm, op, shape, dtype, seed=0, strided=False):
-    results = cluster.run(_allreduce_on_rank, algorithm, op, shape, dtype, seed, strided)
-    stacked = np.stack([contribution(r, shape, dtype, seed) for r in range(cluster.world_size)])
-    expected = REFERENCE[op](stacked.astype(np.float64) if stacked.dtype.kind == "f" else stacked, axis=0)
-    for rank, y in enumerate(results):
-        assert y.shape == tuple(shape) and y.dtype == np.dtype(dtype), f"rank {rank}: {y.shape} {y.dtype}"
-        assert y.tobytes() == results[0].tobytes(), f"rank {rank} differs from rank 0"
-    if np.dtype(dtype).kind == "f":
-        np.testing.assert_allclose(results[0], expected, rtol=1e-4 if dtype == "float32" else 1e-10, atol=1e-5)
-    else:
-        np.testing.assert_array_equal(results[0], expected.astype(dtype))
 
 
 @st.composite
@@ -69,8 +35,10 @@ def test_any_shape_and_non_contiguous_local(algorithm, shape):
 
 @pytest.mark.parametrize("n", [1, 3, 4])
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
-def test_grpc_sweep(algorithm, n):
-    cluster = cluster_for("grpc", n)
+@pytest.mark.parametrize("processes", ["grpc", "shm"])
+def test_process_sweep(processes, algorithm, n):
+    """The same cases on both process transports: results identical to NumPy's, so to each other's."""
+    cluster = cluster_for(processes, n)
     for size, op, dtype in [(0, "sum", "float32"), (1, "max", "int64"), (n + 1, "prod", "float64"),
                             (1009, "sum", "int32"), (1009, "min", "float32")]:
         check_allreduce(cluster, algorithm, op, (size,), dtype, seed=size)
@@ -106,8 +74,8 @@ def _rooted(comm, root):
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5])
 def test_reduce_and_broadcast_every_root(transport, n):
-    if transport == "grpc" and n not in (1, 3):
-        pytest.skip("the gRPC sweep is smaller")
+    if transport != "local" and n not in (1, 3):
+        pytest.skip("the process sweep is smaller")
     cluster = cluster_for(transport, n)
     for root in range(n):
         for rank, (reduced, broadcast) in enumerate(cluster.run(_rooted, root)):

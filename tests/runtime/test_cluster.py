@@ -152,7 +152,7 @@ def test_close_ends_every_process_and_is_idempotent(no_leftover_processes):
 
 
 @pytest.mark.parametrize("kwargs, words", [({"world_size": 0}, "world_size"), ({"world_size": 2.5}, "world_size"),
-                                           ({"transport": "carrier-pigeon"}, "grpc, local"),
+                                           ({"transport": "carrier-pigeon"}, "grpc, shm, local"),
                                            ({"timeout": 0}, "timeout")])
 def test_bad_cluster_arguments(kwargs, words):
     with pytest.raises(ValueError, match=words):

@@ -1,0 +1,154 @@
+"""The shared-memory transport: gRPC for control, memfd segments and a Unix socket for the bytes."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+
+import numpy as np
+import pytest
+from conftest import DTYPES, check_allreduce, cluster_for
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import allreduce_edu as ae
+from allreduce_edu._proto import rank_pb2 as pb
+from allreduce_edu.collectives import ALGORITHMS, OPS
+from allreduce_edu.comm.mailbox import Message
+from allreduce_edu.comm.segments import Pool, Segment, size_class
+from allreduce_edu.comm.shm import INLINE_BYTES, MESSAGE, RELEASE, ShmCommunicator
+from allreduce_edu.comm.wire import encode_frames, header_of
+
+
+@st.composite
+def cases(draw):
+    n = draw(st.sampled_from([2, 4]))
+    size = draw(st.sampled_from([0, 1, 7, 97, INLINE_BYTES // 8 + 1, 100_003]))  # inline and in segments
+    return (n, draw(st.sampled_from(sorted(ALGORITHMS))), draw(st.sampled_from(sorted(OPS))),
+            draw(st.sampled_from(DTYPES)), size, draw(st.integers(0, 2**16)))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_every_algorithm_op_dtype_and_size_on_shm(case):
+    n, algorithm, op, dtype, size, seed = case
+    check_allreduce(cluster_for("shm", n), algorithm, op, (size,), dtype, seed)
+
+
+def _what_carried_a_ring(comm, count):
+    ae.allreduce(comm, np.ones(count, np.float32), algorithm="ring")
+    return comm.peers_on_shm(), {e.via for e in comm.trace.events}, sum(
+        link.pool.total for link in getattr(comm, "_shm", {}).values())
+
+
+def test_every_peer_on_this_machine_is_reached_through_shared_memory_and_the_trace_says_so():
+    cluster = cluster_for("shm", 4)
+    for rank, (peers, via, pooled) in enumerate(cluster.run(_what_carried_a_ring, 1 << 20)):
+        assert peers == [r for r in range(4) if r != rank]
+        assert via == {"shm"}
+        assert pooled >= size_class((1 << 20) // 4 * 4 // 4)  # 1 MiB messages went into segments
+    assert {e.via for e in cluster.trace} == {"shm"}
+    grpc = cluster_for("grpc", 2)
+    assert [via for _, via, _ in grpc.run(_what_carried_a_ring, 1 << 20)] == [{"grpc"}] * 2
+
+
+def _held(comm, count):
+    """Rank 1 sends several big arrays; rank 0 keeps every one it received, then checks them."""
+    if comm.rank == 1:
+        for i in range(count):
+            comm.send(0, np.full(1 << 18, i, np.float32), "held")  # 1 MiB each
+        return None
+    kept = [comm.recv(1, "held") for _ in range(count)]
+    intact = [bool((a == i).all()) for i, a in enumerate(kept)]
+    kept[0][:] = -1  # a received array is the receiver's own, writable
+    return intact, sum(link.pool.total for link in comm._shm.values())
+
+
+def test_received_arrays_stay_intact_while_held_and_the_pool_stays_bounded():
+    cluster = cluster_for("shm", 2)
+    cluster.run(lambda comm: [setattr(link.pool, "limit", 4 << 20) for link in comm._shm.values()])
+    try:
+        intact, _ = cluster.run(_held, 12)[0]  # 12 MiB held against a 4 MiB pool: the rest goes inline
+        assert intact == [True] * 12
+        check_allreduce(cluster, "ring", "sum", (1 << 20,), "float32")
+    finally:
+        cluster.run(lambda comm: [setattr(link.pool, "limit", 1 << 30) for link in comm._shm.values()])
+
+
+def test_segments_are_owner_only_memfds_and_socket_names_unguessable():
+    segment = Segment(1, 1 << 20)
+    assert os.fstat(segment.fd).st_mode & 0o777 == 0o600
+    assert os.readlink(f"/proc/self/fd/{segment.fd}").startswith("/memfd:allreduce-edu")
+    segment.handed_over()
+    names = cluster_for("shm", 2).run(lambda comm: comm.shm_socket)
+    assert len(set(names)) == 2 and all(len(n.removeprefix("allreduce-edu-")) == 32 for n in names)
+
+
+def test_the_pool_reuses_segments_and_refuses_past_its_limit():
+    pool = Pool(limit=3 << 20)
+    first, new = pool.acquire(5000)
+    assert new and first.size == 1 << 20
+    assert pool.acquire(1 << 21) is not None  # 1 + 2 MiB: at the limit
+    assert pool.acquire(10) is None  # nothing free, no room: the caller sends inline
+    assert pool.release(first.id) and not pool.release(99)
+    again, new = pool.acquire(10)
+    assert again is first and not new
+
+
+def test_a_dialler_without_the_token_is_refused_and_the_cluster_works_on():
+    cluster = cluster_for("shm", 2)
+    name = cluster.run(lambda comm: comm.shm_socket)[0]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as intruder:
+        intruder.settimeout(5)
+        intruder.connect("\0" + name)
+        intruder.sendall(b"0" * 32 + b" 1")
+        assert intruder.recv(16) == b""  # closed without "ok"
+    check_allreduce(cluster, "ring", "sum", (1000,), "float32")
+
+
+# --- a forged peer: frames from shared memory are checked as the wire's are --------------------
+@pytest.fixture
+def pair():
+    comms = [ShmCommunicator(r, 2, token="t" * 32, timeout=5) for r in range(2)]
+    addresses = [c.address for c in comms]
+    threads = [threading.Thread(target=c.connect, args=(addresses,)) for c in comms]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert all(c.peers_on_shm() == [1 - c.rank] for c in comms)
+    yield comms
+    for c in comms:
+        c.close(drain=0.5)
+
+
+def _frame(**fields) -> bytes:
+    header = header_of(Message(1, "x", np.zeros(4, np.float32)), 1)
+    for key, value in fields.items():
+        setattr(header, key, value)
+    return pb.Frame(header=header).SerializeToString()
+
+
+@pytest.mark.parametrize("frame, problem", [
+    ([MESSAGE, _frame(dtype="object")], "dtype 'object' is not allowed"),
+    ([MESSAGE, _frame(nbytes=3)], "nbytes=3"),
+    ([MESSAGE, _frame(segment=7, segment_bytes=1 << 20)], "unknown segment 7"),
+    ([MESSAGE, _frame(segment=7, segment_bytes=8)], "a 16-byte array in a 8-byte segment"),
+    ([MESSAGE, _frame(seq=5, segment=1, segment_bytes=1 << 20)], "expected message 1"),
+    ([MESSAGE, _frame(src=0)], "header says src=0"),
+    ([RELEASE, (3).to_bytes(8, "little")], "a release of a segment this rank never sent"),
+    ([b"X", b"junk"], "unknown frame kind"),
+])
+def test_a_malformed_frame_fails_the_link_with_the_problem_named(pair, frame, problem):
+    receiver, forger = pair
+    forger._shm[0].sock.sendmsg(frame)
+    with pytest.raises(ae.RankFailure, match="breaks the contract") as info:
+        receiver.recv(1, "x", timeout=5)
+    assert problem in str(info.value) and info.value.ranks == (1,)
+
+
+def test_a_good_forged_inline_frame_is_received(pair):
+    receiver, forger = pair
+    forger._shm[0].sock.sendmsg([MESSAGE, next(encode_frames(Message(1, "x", np.arange(4.0)), 1))])
+    np.testing.assert_array_equal(receiver.recv(1, "x", timeout=5), np.arange(4.0))

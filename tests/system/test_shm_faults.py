@@ -1,0 +1,128 @@
+"""Shared memory never outlives its ranks, and a dead rank never hangs the others.
+
+Every case counts the shared memory this user holds (memfd mappings and /dev/shm entries) before
+and after; ranks are SIGKILLed at the first, middle and last send of every algorithm.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+from conftest import shm_objects
+
+import allreduce_edu as ae
+from allreduce_edu.collectives import ALGORITHMS
+
+COUNT = 1 << 18  # 1 MiB of float32: every algorithm's messages go through segments
+
+
+def _sends_of(algorithm: str, victim: int, world_size: int = 4) -> int:
+    with ae.Cluster(world_size, transport="local") as cluster:
+        cluster.run(lambda comm: ae.allreduce(comm, np.ones(COUNT, np.float32), algorithm=algorithm))
+        return sum(e.src == victim for e in cluster.trace)
+
+
+def _killed_at(comm, victim, algorithm, k):
+    if comm.rank == victim:
+        isend, count = comm.isend, itertools.count()
+
+        def dying_isend(*args, **kwargs):
+            if next(count) == k:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return isend(*args, **kwargs)
+        comm.isend = dying_isend
+    return ae.allreduce(comm, np.ones(COUNT, np.float32), algorithm=algorithm)
+
+
+def _kill_cases(victim=1):
+    for algorithm in sorted(ALGORITHMS):
+        sends = _sends_of(algorithm, victim)
+        for k in sorted({0, sends // 2, sends - 1}):
+            yield algorithm, k
+
+
+def _check_kills(cases, victim=1):
+    before = shm_objects()
+    with ae.Cluster(4, transport="shm", timeout=20) as cluster:
+        for algorithm, k in cases:
+            t0 = time.monotonic()
+            with pytest.raises(ae.RankFailure) as info:
+                cluster.run(_killed_at, victim, algorithm, k)
+            assert time.monotonic() - t0 < 10, f"{algorithm}, send {k}: survivors sat out their deadline"
+            assert f"rank {victim} died (killed by SIGKILL)" in str(info.value), (algorithm, k, info.value)
+            cluster.restart()
+            results = cluster.run(lambda comm, a: ae.allreduce(comm, np.ones(COUNT, np.float32),
+                                                               algorithm=a), algorithm)
+            assert all((y == 4).all() for y in results), (algorithm, k)
+    assert shm_objects() == before
+
+
+def test_a_rank_killed_mid_ring_and_mid_tree_fails_the_others_at_once_and_leaks_nothing():
+    _check_kills([("ring", 2), ("tree", 0)])
+
+
+@pytest.mark.slow
+def test_a_rank_killed_at_the_first_middle_and_last_send_of_every_algorithm():
+    _check_kills(list(_kill_cases()))
+
+
+def test_a_normal_close_leaves_no_shared_memory():
+    before = shm_objects()
+    with ae.Cluster(4, transport="shm") as cluster:
+        cluster.run(lambda comm: ae.allreduce(comm, np.ones(1 << 21, np.float32)))
+        assert shm_objects() > before  # the segments exist while the ranks do
+    assert shm_objects() == before
+
+
+def test_a_killed_parent_takes_its_ranks_and_their_shared_memory_with_it(tmp_path):
+    before = shm_objects()
+    script = tmp_path / "parent.py"
+    script.write_text(textwrap.dedent("""
+        import os, time, numpy as np, allreduce_edu as ae
+        if __name__ == "__main__":
+            cluster = ae.Cluster(3, transport="shm")
+            cluster.run(lambda comm: ae.allreduce(comm, np.ones(1 << 21, np.float32)))
+            print(" ".join(str(p) for p in cluster.run(lambda comm: os.getpid())), flush=True)
+            time.sleep(60)
+    """))
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        assert len(pids) == 3 and shm_objects() > before
+        parent.kill()
+        parent.wait(10)
+        deadline = time.monotonic() + 15
+        while shm_objects() != before and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert shm_objects() == before
+    finally:
+        parent.kill()
+
+
+def _long_loop(comm):
+    x = np.ones(1 << 18, np.float32)
+    for _ in range(100_000):
+        x = ae.allreduce(comm, x) / comm.world_size
+    return x
+
+
+def test_ctrl_c_stops_shm_ranks_keeps_the_cluster_and_leaks_nothing():
+    before = shm_objects()
+    with ae.Cluster(3, transport="shm", timeout=30) as cluster:
+        threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            cluster.run(_long_loop)
+        assert time.monotonic() - t0 < 10
+        results = cluster.run(lambda comm: ae.allreduce(comm, np.arange(6.0) + comm.rank))
+        assert all(np.array_equal(r, np.arange(6.0) * 3 + 3) for r in results)
+    assert shm_objects() == before
