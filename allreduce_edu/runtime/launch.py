@@ -53,7 +53,7 @@ def check_arguments(args) -> None:
 
 def launch(argv: list[str], nproc: int, nnodes: int = 1, node_rank: int = 0,
            rendezvous: str | None = None, host: str | None = None, timeout: float = 30.0,
-           rendezvous_timeout: float = 60.0) -> int:
+           rendezvous_timeout: float = 60.0, transport: str = "grpc") -> int:
     """Run `python *argv` as ranks node_rank·nproc ... node_rank·nproc + nproc-1; 0 if all succeed,
     else the first failing rank's exit code (the other ranks are stopped at once)."""
     token, master, port = _checked(nproc, nnodes, node_rank, rendezvous, host)
@@ -64,6 +64,7 @@ def launch(argv: list[str], nproc: int, nnodes: int = 1, node_rank: int = 0,
                PYTHONUNBUFFERED="1", **{ENV + "TOKEN": token or secrets.token_hex(16),
                                         ENV + "HOST": host, ENV + "TIMEOUT": str(timeout),
                                         ENV + "RENDEZVOUS_TIMEOUT": str(rendezvous_timeout),
+                                        ENV + "TRANSPORT": transport,
                                         ENV + "LAUNCHER_PID": str(os.getpid())})
     env.pop(ENV + "TOKEN_FILE", None)
     procs, pumps, lock = {}, [], threading.Lock()
@@ -155,6 +156,9 @@ def add_arguments(p) -> None:
                    help="seconds any wait for a peer may take")
     p.add_argument("--rendezvous-timeout", type=float, default=60.0,
                    help="seconds to wait for every rank to join")
+    p.add_argument("--transport", choices=("grpc", "shm"), default="grpc",
+                   help="shm: ranks on one machine send their bytes through shared memory "
+                        "(gRPC between machines and for control); default grpc")
     p.add_argument("--tls-cert", help="PEM certificate chain (TLS between ranks; with --tls-key)")
     p.add_argument("--tls-key", help="PEM private key")
     p.add_argument("--tls-ca",
@@ -179,4 +183,4 @@ def run_from_args(args) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     return launch((["-m"] if args.module else []) + [args.script, *args.args], args.nproc_per_node,
                   args.nnodes, args.node_rank, args.rendezvous, args.host, args.timeout,
-                  args.rendezvous_timeout)
+                  args.rendezvous_timeout, args.transport)

@@ -25,6 +25,7 @@ from .._proto import rank_pb2_grpc
 from ..comm.auth import TLS, channel
 from ..comm.errors import CollectiveError, RankFailure
 from ..comm.grpc import GrpcCommunicator
+from ..comm.shm import ShmCommunicator
 from .worker import become_rank
 
 # prefix of this package's variables; RANK, WORLD_SIZE, MASTER_ADDR, ... are torchrun's
@@ -38,7 +39,8 @@ def init(timeout: float | None = None) -> GrpcCommunicator:
     """This process's rank, connected to every other rank of the launch (call it once per process).
 
     Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (and LOCAL_WORLD_SIZE) as torchrun sets them;
-    with none of them set, the script runs alone as a world of one.
+    with none of them set, the script runs alone as a world of one. ALLREDUCE_EDU_TRANSPORT=shm
+    (`launch --transport shm`) sends to ranks on the same machine through shared memory.
     """
     global _initialised
     if _initialised:
@@ -57,8 +59,12 @@ def init(timeout: float | None = None) -> GrpcCommunicator:
         raise RuntimeError(f"rank {rank}: no cluster token: the launcher sets {ENV}TOKEN; "
                            f"set it (or {ENV}TOKEN_FILE) to the same secret on every node")
     host = master if rank == 0 else env.get(ENV + "HOST") or local_address(master)
+    transport = env.get(ENV + "TRANSPORT", "grpc")
+    if transport not in ("grpc", "shm"):
+        raise ValueError(f"{ENV}TRANSPORT={transport!r}: use grpc or shm")
+    kind = ShmCommunicator if transport == "shm" else GrpcCommunicator
     try:
-        comm = GrpcCommunicator(rank, world_size, token=token, host=host,
+        comm = kind(rank, world_size, token=token, host=host,
                                 port=port if rank == 0 else 0, timeout=timeout, tls=_tls_from_env())
     except (OSError, RuntimeError) as e:
         raise RankFailure(f"rank {rank} cannot listen on {host}:{port if rank == 0 else 0} ({e}); "

@@ -47,6 +47,20 @@ def test_launch_runs_the_demo_on_four_ranks():
     assert "at 127.0.0.1:" in result.stdout  # single node: loopback only
 
 
+def test_launch_over_shared_memory_reaches_every_local_peer_through_it(tmp_path):
+    body = """
+        import numpy as np, allreduce_edu as ae
+        comm = ae.init()
+        y = ae.allreduce(comm, np.full(1 << 20, comm.rank, np.float32), algorithm="ring")
+        assert (y == 3).all()
+        print("peers", comm.peers_on_shm(), sorted({e.via for e in comm.trace.events}))
+    """
+    result = launch("-n", 3, "--transport", "shm", script(tmp_path, body))
+    assert result.returncode == 0, result.stderr
+    for rank in range(3):
+        assert f"[rank {rank}] peers {[r for r in range(3) if r != rank]} ['shm']" in result.stdout
+
+
 def test_a_failing_rank_stops_the_launch_and_leaves_nothing_running(tmp_path):
     body = """
         import os, signal, sys, time

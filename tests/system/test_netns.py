@@ -34,6 +34,10 @@ RANK_SCRIPT = """
             assert np.array_equal(y, expected), (algorithm, dtype, y[:5])
         assert np.array_equal(ae.allreduce(comm, x, "max", "ring"), x - r + n - 1)
     print(f"rank {r} of {n} at {comm.address}: ring, tree, hierarchical correct")
+    comm.trace.clear()
+    ae.allreduce(comm, x, algorithm="hierarchical")
+    carried = sorted({(e.dst, e.via) for e in comm.trace.events})
+    print(f"rank {r} sent its hierarchical messages: {carried}")
 """
 
 
@@ -71,7 +75,9 @@ def two_hosts():
 
 
 @pytest.mark.slow
-def test_launch_across_two_hosts_runs_ring_and_tree(two_hosts, tmp_path):
+@pytest.mark.parametrize("transport", ["grpc", "shm"])
+def test_launch_across_two_hosts_runs_ring_and_tree(two_hosts, tmp_path, transport):
+    """With --transport shm, ranks on one host use shared memory, and gRPC across hosts."""
     script = tmp_path / "rank_script.py"
     script.write_text(textwrap.dedent(RANK_SCRIPT))
     env = dict(os.environ, ALLREDUCE_EDU_TOKEN=secrets.token_hex(16))  # the shared token: never on a command line
@@ -80,7 +86,8 @@ def test_launch_across_two_hosts_runs_ring_and_tree(two_hosts, tmp_path):
         for node_rank, ns in reversed(list(enumerate(two_hosts))):  # node 1 first: it waits for rank 0
             command = ["ip", "netns", "exec", ns, sys.executable, "-m", "allreduce_edu.cli", "launch",
                        "--nnodes", "2", "--node-rank", str(node_rank), "-n", "2", "--rendezvous",
-                       f"{HOSTS[0]}:29500", "--rendezvous-timeout", "30", "--timeout", "30", str(script)]
+                       f"{HOSTS[0]}:29500", "--rendezvous-timeout", "30", "--timeout", "30",
+                       "--transport", transport, str(script)]
             nodes.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, text=True, start_new_session=True))
         outputs = [node.communicate(timeout=90) for node in nodes]
@@ -93,3 +100,7 @@ def test_launch_across_two_hosts_runs_ring_and_tree(two_hosts, tmp_path):
     text = "".join(out for out, _ in outputs)
     for rank, host in ((0, HOSTS[0]), (1, HOSTS[0]), (2, HOSTS[1]), (3, HOSTS[1])):
         assert f"rank {rank} of 4 at {host}:" in text and "ring, tree, hierarchical correct" in text, text
+        # hierarchical: the node's partner inside the host, the same local rank on the other host
+        partner, remote = rank ^ 1, rank ^ 2
+        inside = "shm" if transport == "shm" else "grpc"
+        assert f"rank {rank} sent its hierarchical messages: {sorted([(partner, inside), (remote, 'grpc')])}" in text, text
