@@ -127,7 +127,7 @@ def measure_all(cluster, rows=(256, 1024, 4096), hidden=(1024, 4096), dtype="flo
                                   "max_rel_err")}
         row["time_us"] = float(np.median(np.max([r["times"] for r in by_rank], axis=0))) * 1e6
         row["iters"] = len(r0["times"])
-        processes = cluster.transport == "grpc"
+        processes = cluster.transport != "local"
         row["cpu_us"] = (float(np.median(np.sum([r["cpu"] for r in by_rank], axis=0))) * 1e6
                          if processes else None)
         row["sent_max"] = max(r["sent"] for r in by_rank)

@@ -10,45 +10,68 @@ from __future__ import annotations
 import numpy as np
 
 from .. import costmodel
-from .registry import allreduce_algorithm, reduce_into
+from ..ops import OPS
+from .registry import allreduce_algorithm
 
 
-def reduce_scatter_ring(comm, pieces: list[np.ndarray], op: str = "sum", last=None) -> np.ndarray:
+def reduce_scatter_ring(comm, pieces: list[np.ndarray], op: str = "sum", last=None,
+                        out: list[np.ndarray] | None = None) -> np.ndarray:
     """Reduce `pieces` (this rank's N chunks) around the ring: rank r ends with chunk r summed
     over all ranks.
 
-    Reduces in place into `pieces`. `last(acc, incoming)`, if given, replaces the final reduction
+    Reduces in place into `pieces`, or, given `out` (N chunks of the result), into `out`, leaving
+    `pieces` as they were. `last(acc, incoming)`, if given, replaces the final reduction
     (the fused LayerNorm hooks in here) and its return value becomes the finished chunk.
     """
     n, r = comm.world_size, comm.rank
     right, left = (r + 1) % n, (r - 1) % n
+    out = pieces if out is None else out
     for step in range(n - 1):
         # step s: send chunk (r - s - 1) % n right, reduce chunk (r - s - 2) % n from the left
-        out, into = (r - step - 1) % n, (r - step - 2) % n
-        incoming = comm.sendrecv(right, pieces[out], left, "reduce_scatter", step=step, chunk=out)
+        send, into = (r - step - 1) % n, (r - step - 2) % n
+        # a rank reduces each chunk once: at step 0 it sends its own input, later the chunk it
+        # reduced the step before
+        outgoing = pieces[send] if step == 0 else out[send]
+        incoming = comm.sendrecv(right, outgoing, left, "reduce_scatter", step=step, chunk=send)
         if last is not None and step == n - 2:
-            pieces[into] = last(pieces[into], incoming)
+            out[into] = last(pieces[into], incoming)
         else:
-            reduce_into(pieces[into], incoming, op)
-    return pieces[r]
+            OPS[op](pieces[into], incoming, out=out[into])
+    if n == 1 and out is not pieces:
+        out[r][...] = pieces[r]
+    return out[r]
 
 
-def all_gather_ring(comm, pieces: list) -> list[np.ndarray]:
-    """Pass finished chunks around the ring: rank r starts with pieces[r] and ends with all N."""
+def all_gather_ring(comm, pieces: list, copy_into: bool = False) -> list[np.ndarray]:
+    """Pass finished chunks around the ring: rank r starts with pieces[r] and ends with all N.
+
+    Each received chunk replaces its entry in `pieces`, or, with `copy_into`, is copied into it
+    (pieces that are views of one result array fill that array, with no concatenate after).
+    """
     n, r = comm.world_size, comm.rank
     right, left = (r + 1) % n, (r - 1) % n
     for step in range(n - 1):
         # step s: forward chunk (r - s) % n right, receive chunk (r - s - 1) % n from the left
-        out, into = (r - step) % n, (r - step - 1) % n
-        pieces[into] = comm.sendrecv(right, pieces[out], left, "all_gather", step=step, chunk=out)
+        send, into = (r - step) % n, (r - step - 1) % n
+        incoming = comm.sendrecv(right, pieces[send], left, "all_gather", step=step, chunk=send)
+        if copy_into:
+            pieces[into][...] = incoming
+        else:
+            pieces[into] = incoming
     return pieces
 
 
 @allreduce_algorithm("ring", layout="ring", phases=("reduce_scatter", "all_gather"),
                      cost=costmodel.ring, link_cost=costmodel.ring_on_links, colour="#0072B2")
 def allreduce_ring(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
-    """Ring all-reduce = reduce-scatter + all-gather; bandwidth-optimal, 2(N-1) latency steps."""
-    pieces = np.array_split(x.reshape(-1).copy(), comm.world_size)  # N chunks, sizes differ by ≤ 1
-    reduce_scatter_ring(comm, pieces, op)  # pieces[rank] now holds the reduction of chunk `rank`
-    all_gather_ring(comm, pieces)  # every piece now holds its reduction
-    return np.concatenate(pieces).reshape(x.shape)
+    """Ring all-reduce = reduce-scatter + all-gather; bandwidth-optimal, 2(N-1) latency steps.
+
+    Memory passes count like bytes on the wire: the input is read once, where its chunks are first
+    sent or reduced, and the result written once, chunk by chunk (no copy of x, no concatenate).
+    """
+    out = np.empty_like(x)
+    mine = np.array_split(x.reshape(-1), comm.world_size)  # N chunks, sizes differ by ≤ 1
+    result = np.array_split(out.reshape(-1), comm.world_size)  # views of the result
+    reduce_scatter_ring(comm, mine, op, out=result)  # result[rank] now holds chunk `rank` reduced
+    all_gather_ring(comm, result, copy_into=True)  # and every other chunk arrives into the result
+    return out

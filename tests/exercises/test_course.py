@@ -196,3 +196,16 @@ def test_a_check_that_breaks_is_not_blamed_on_the_learner_nor_counted(tmp_path, 
 def test_scaffold_lines_fit_a_jupyterlab_column(exercise):
     _, cell = CELLS[exercise]
     assert all(len(line) <= 90 for line in course.source(cell).splitlines()), exercise
+
+
+@pytest.mark.parametrize("exercise, checker", [("02.1", "lesson02.check_naive_allreduce"),
+                                               ("03.1", "lesson03.check_ring_allreduce"),
+                                               ("07.1", "lesson07.check_fused")])
+def test_the_process_checkers_accept_the_shared_memory_transport(exercise, checker, tmp_path, monkeypatch):
+    monkeypatch.setenv("ALLREDUCE_EDU_DATA_DIR", str(tmp_path))
+    import importlib
+    module, name = checker.split(".")
+    check = getattr(importlib.import_module(f"allreduce_edu.exercises.{module}"), name)
+    feedback = check(reference(exercise), transport="shm")
+    assert feedback and feedback.status == "passed", feedback.message
+    assert "shm" in feedback.message or exercise != "07.1"
