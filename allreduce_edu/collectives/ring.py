@@ -26,17 +26,19 @@ def reduce_scatter_ring(comm, pieces: list[np.ndarray], op: str = "sum", last=No
     n, r = comm.world_size, comm.rank
     right, left = (r + 1) % n, (r - 1) % n
     out = pieces if out is None else out
+    reduced = pieces[(r - 1) % n]  # what step 0 sends: this rank's own chunk
     for step in range(n - 1):
         # step s: send chunk (r - s - 1) % n right, reduce chunk (r - s - 2) % n from the left
         send, into = (r - step - 1) % n, (r - step - 2) % n
-        # a rank reduces each chunk once: at step 0 it sends its own input, later the chunk it
-        # reduced the step before
-        outgoing = pieces[send] if step == 0 else out[send]
-        incoming = comm.sendrecv(right, outgoing, left, "reduce_scatter", step=step, chunk=send)
+        incoming = comm.sendrecv(right, reduced, left, "reduce_scatter", step=step, chunk=send)
         if last is not None and step == n - 2:
-            out[into] = last(pieces[into], incoming)
-        else:
-            OPS[op](pieces[into], incoming, out=out[into])
+            out[into] = reduced = last(pieces[into], incoming)
+            continue
+        # each chunk is reduced once per rank; all but the last go right at the next step, so
+        # they are reduced straight into the send buffer (shm: the segment the next step sends)
+        reduced = (out[into] if step == n - 2 or out is pieces
+                   else comm.send_buffer(right, pieces[into].shape, pieces[into].dtype))
+        OPS[op](pieces[into], incoming, out=reduced)
     if n == 1 and out is not pieces:
         out[r][...] = pieces[r]
     return out[r]

@@ -133,6 +133,13 @@ class Communicator:
         request.wait(timeout)
         return received
 
+    def send_buffer(self, dst: int, shape, dtype) -> np.ndarray:
+        """An empty array to fill and then send to `dst` (as NCCL's ranks write straight into the
+        peer's buffer). Where the transport can, it lives where the message travels from (the
+        shm transport: a shared segment), so sending it copies nothing. Once sent, it is the
+        receiver's: do not write to it again."""
+        return np.empty(shape, dtype)
+
     def barrier(self) -> None:
         """Return once every rank has called barrier
         (dissemination: ⌈log2 N⌉ rounds of empty messages)."""

@@ -73,18 +73,18 @@ class Pool:
         self._all: dict[int, Segment] = {}
         self._next = 1
 
-    def acquire(self, nbytes: int) -> tuple[Segment, bool] | None:
-        """A free segment that holds `nbytes`, and whether it is new to the peer."""
+    def acquire(self, nbytes: int) -> Segment | None:
+        """A free segment that holds `nbytes` (its `fd` is set while the peer has not got it)."""
         size = size_class(nbytes)
         with self._lock:
             if self._free.get(size):
-                return self._free[size].pop(), False
+                return self._free[size].pop()
             if self.total + size > self.limit:
                 return None
             segment = Segment(self._next, size)
             self._all[segment.id] = segment
             self._next, self.total = self._next + 1, self.total + size
-            return segment, True
+            return segment
 
     def release(self, id: int) -> bool:
         """The peer is done with segment `id`; False if it never had it (a broken peer)."""
@@ -117,3 +117,29 @@ class Lease:
             self._give_back(self.segment.id)
         except Exception:  # noqa: BLE001 - a peer already gone needs nothing back
             pass
+
+
+class Outbox:
+    """An array to fill in one of a sender's segments (`Communicator.send_buffer`): sending it
+    copies nothing. Dropped unsent, its segment goes back to the pool."""
+
+    def __init__(self, link, segment: Segment, dtype: np.dtype, shape: tuple):
+        self.link, self.segment, self.sent = link, segment, False
+        self.nbytes = dtype.itemsize * int(np.prod(shape))
+        self.__array_interface__ = {"shape": shape, "typestr": dtype.str, "version": 3,
+                                    "data": (segment.address, False)}
+
+    @staticmethod
+    def of(array: np.ndarray):
+        """The Outbox `array` is, whole (not a slice or a reshaped view of part of it), or None."""
+        base = array.base
+        while isinstance(base, np.ndarray):
+            base = base.base
+        if (isinstance(base, Outbox) and array.nbytes == base.nbytes
+                and array.__array_interface__["data"][0] == base.segment.address):
+            return base
+        return None
+
+    def __del__(self):
+        if not self.sent:
+            self.link.pool.release(self.segment.id)

@@ -29,7 +29,7 @@ from .base import Request
 from .errors import CollectiveTimeout, RankFailure
 from .grpc import GrpcCommunicator, host_identity
 from .mailbox import Message
-from .segments import MIN_SEGMENT, POOL_BYTES, Lease, Pool, Segment
+from .segments import MIN_SEGMENT, POOL_BYTES, Lease, Outbox, Pool, Segment
 from .wire import (
     Assembler,
     WireError,
@@ -77,15 +77,19 @@ class ShmLink:
     def post(self, msg: Message) -> None:
         """Copy `msg` into a segment (or the frame) and ring the peer's doorbell."""
         nbytes = msg.array.nbytes
-        got = self.pool.acquire(nbytes) if nbytes > INLINE_BYTES else None
-        if got is None:
-            with self._lock:
-                seq = self._next_seq()
-                for frame in encode_frames(msg, seq, INLINE_BYTES):
-                    self._send([MESSAGE, frame])
-            return
-        segment, new = got
-        segment.bytes[:nbytes] = msg.array.reshape(-1).view(np.uint8)  # the one copy
+        outbox = Outbox.of(msg.array)
+        if outbox is not None and outbox.link is self and not outbox.sent:
+            segment, outbox.sent = outbox.segment, True  # filled in place: nothing to copy
+        else:
+            segment = self.pool.acquire(nbytes) if nbytes > INLINE_BYTES else None
+            if segment is None:
+                with self._lock:
+                    seq = self._next_seq()
+                    for frame in encode_frames(msg, seq, INLINE_BYTES):
+                        self._send([MESSAGE, frame])
+                return
+            segment.bytes[:nbytes] = msg.array.reshape(-1).view(np.uint8)  # the one copy
+        new = segment.fd is not None  # the peer has not got this segment yet
         with self._lock:
             header = header_of(msg, self._next_seq())
             header.segment, header.segment_bytes = segment.id, segment.size
@@ -120,6 +124,11 @@ class ShmLink:
             self.error = RankFailure(f"rank {self.peer} is gone (rank {c.rank}'s shared-memory "
                                      f"link to it failed: {e.strerror})", ranks=(self.peer,))
             raise self.error from None
+
+    def outbox(self, shape: tuple, dtype: np.dtype) -> np.ndarray | None:
+        """An array in a free segment of this link's pool, or None if the pool is full."""
+        segment = self.pool.acquire(dtype.itemsize * int(np.prod(shape)))
+        return None if segment is None else np.asarray(Outbox(self, segment, dtype, shape))
 
     def give_back(self, segment: int) -> None:
         """The last view of a received array is gone: the sender may reuse its segment."""
@@ -365,6 +374,13 @@ class ShmCommunicator(GrpcCommunicator):
             return super().recv(src, tag, timeout)
         with link.caller():
             return super().recv(src, tag, timeout)
+
+    def send_buffer(self, dst: int, shape, dtype) -> np.ndarray:
+        link, dtype = self._shm.get(dst), np.dtype(dtype)
+        shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(d) for d in shape)
+        if link is None or dtype.itemsize * int(np.prod(shape)) <= INLINE_BYTES:
+            return super().send_buffer(dst, shape, dtype)
+        return link.outbox(shape, dtype) if link.error is None else np.empty(shape, dtype)
 
     def _pump(self, src: int):
         link = self._shm.get(src)

@@ -87,13 +87,14 @@ def test_segments_are_owner_only_memfds_and_socket_names_unguessable():
 
 def test_the_pool_reuses_segments_and_refuses_past_its_limit():
     pool = Pool(limit=3 << 20)
-    first, new = pool.acquire(5000)
-    assert new and first.size == 1 << 20
+    first = pool.acquire(5000)
+    assert first.fd is not None and first.size == 1 << 20  # new: its descriptor is still to hand over
     assert pool.acquire(1 << 21) is not None  # 1 + 2 MiB: at the limit
     assert pool.acquire(10) is None  # nothing free, no room: the caller sends inline
     assert pool.release(first.id) and not pool.release(99)
-    again, new = pool.acquire(10)
-    assert again is first and not new
+    first.handed_over()
+    again = pool.acquire(10)
+    assert again is first and again.fd is None
 
 
 def test_a_dialler_without_the_token_is_refused_and_the_cluster_works_on():
