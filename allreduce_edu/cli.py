@@ -273,6 +273,12 @@ def bench_command(args, algorithms, sizes, links) -> int:
         bench.add_predictions(rows, links)
     print(bench.format_p2p(p2p))
     print(bench.format_table(rows))
+    ring = [r for r in rows if r["algorithm"] == "ring"]
+    if ring and p2p.get("bandwidth_gbps") and not links:
+        top = max(ring, key=lambda r: r["bytes"])
+        print(f"# ring at {format_bytes(top['bytes'])}: busbw {top['busbw_gbps']:.3f} GB/s = "
+              f"{top['busbw_gbps'] / p2p['bandwidth_gbps']:.2f}x the point-to-point bandwidth "
+              f"above ({args.transport}'s own ceiling, measured in this run)")
     if args.json:
         bench.write_json(args.json, rows)
     wrong = sum(r["wrong"] for r in rows)

@@ -34,6 +34,9 @@ class Group:
     def send(self, dst, array, tag, **kw) -> None:
         self.parent.send(self.ranks[dst], array, f"{self.name}/{tag}", **kw)
 
+    def send_buffer(self, dst, shape, dtype):
+        return self.parent.send_buffer(self.ranks[dst], shape, dtype)
+
     def recv(self, src, tag, timeout=None):
         return self.parent.recv(self.ranks[src], f"{self.name}/{tag}", timeout)
 

@@ -11,12 +11,10 @@ other machines get gRPC, as before: NCCL's SHM and NET transports, Open MPI's `s
 
 from __future__ import annotations
 
-import contextlib
 import hmac
 import logging
 import os
 import secrets
-import select
 import socket
 import struct
 import threading
@@ -24,245 +22,13 @@ import time
 
 import numpy as np
 
-from .._proto import rank_pb2 as pb
 from .base import Request
-from .errors import CollectiveTimeout, RankFailure
+from .errors import RankFailure
 from .grpc import GrpcCommunicator, host_identity
 from .mailbox import Message
-from .segments import MIN_SEGMENT, POOL_BYTES, Lease, Outbox, Pool, Segment
-from .wire import (
-    Assembler,
-    WireError,
-    check_header,
-    decode_frame,
-    encode_frames,
-    header_of,
-    to_message,
-)
+from .shm_link import INLINE_BYTES, TICK, ShmLink
 
 log = logging.getLogger("allreduce_edu")
-
-INLINE_BYTES = 32 << 10  # messages up to this size travel in the socket frame itself
-FRAME_BYTES = INLINE_BYTES + (16 << 10)  # one seqpacket: a header plus at most INLINE_BYTES
-MESSAGE, RELEASE = b"M", b"R"  # a frame's first byte: a message, or "I am done with segment n"
-TICK = 0.5  # how often waiting threads look whether their communicator is closing
-
-
-class ShmLink:
-    """This rank's link with one peer on the same machine: a SOCK_SEQPACKET Unix socket (headers,
-    doorbells, segment descriptors, releases), the segments it sends from, those it reads from."""
-
-    def __init__(self, comm: ShmCommunicator, peer: int, sock: socket.socket):
-        self.comm, self.peer = comm, peer
-        self.sock = sock  # for sending, with the communicator's deadline
-        self.sock.settimeout(comm.timeout)
-        self._rsock = socket.socket(fileno=os.dup(sock.fileno()))  # for receiving: polled
-        self._rsock.setblocking(False)
-        self._reading = threading.Lock()  # one reader at a time: a recv's thread, or the link's
-        self._callers, self._free = 0, threading.Event()
-        self._free.set()
-        self._ended = False
-        self.pool = Pool()
-        self.theirs: dict[int, Segment] = {}
-        self.leased: set[int] = set()
-        self.error: RankFailure | None = None
-        self._lock = threading.RLock()  # a release may be sent by a finaliser inside a send
-        self._seq = 0
-        self._assembler = Assembler(comm.rank, comm.world_size, peer, comm.max_message_bytes)
-        self._thread = threading.Thread(target=self._receive, daemon=True,
-                                        name=f"rank{comm.rank}-shm-from-{peer}")
-        self._thread.start()
-
-    # --- sending -------------------------------------------------------------------------------
-    def post(self, msg: Message) -> None:
-        """Copy `msg` into a segment (or the frame) and ring the peer's doorbell."""
-        nbytes = msg.array.nbytes
-        outbox = Outbox.of(msg.array)
-        if outbox is not None and outbox.link is self and not outbox.sent:
-            segment, outbox.sent = outbox.segment, True  # filled in place: nothing to copy
-        else:
-            segment = self.pool.acquire(nbytes) if nbytes > INLINE_BYTES else None
-            if segment is None:
-                with self._lock:
-                    seq = self._next_seq()
-                    for frame in encode_frames(msg, seq, INLINE_BYTES):
-                        self._send([MESSAGE, frame])
-                return
-            segment.bytes[:nbytes] = msg.array.reshape(-1).view(np.uint8)  # the one copy
-        new = segment.fd is not None  # the peer has not got this segment yet
-        with self._lock:
-            header = header_of(msg, self._next_seq())
-            header.segment, header.segment_bytes = segment.id, segment.size
-            frame = pb.Frame(header=header).SerializeToString()
-            try:
-                self._send([MESSAGE, frame], [segment.fd] if new else [])
-            except BaseException:
-                if new:
-                    self.pool.forget(segment)
-                raise
-        if new:
-            segment.handed_over()
-
-    def _next_seq(self) -> int:
-        if self.error is not None:
-            raise self.error
-        self._seq += 1
-        return self._seq
-
-    def _send(self, buffers: list, fds=()) -> None:
-        c = self.comm
-        try:
-            if fds:
-                socket.send_fds(self.sock, buffers, fds)
-            else:
-                self.sock.sendmsg(buffers)
-        except TimeoutError:
-            raise CollectiveTimeout(f"rank {c.rank}: rank {self.peer} took no message for "
-                                    f"{c.timeout:.0f} s (its socket is full); is it stuck?",
-                                    ranks=(self.peer,)) from None
-        except OSError as e:
-            self.error = RankFailure(f"rank {self.peer} is gone (rank {c.rank}'s shared-memory "
-                                     f"link to it failed: {e.strerror})", ranks=(self.peer,))
-            raise self.error from None
-
-    def outbox(self, shape: tuple, dtype: np.dtype) -> np.ndarray | None:
-        """An array in a free segment of this link's pool, or None if the pool is full."""
-        segment = self.pool.acquire(dtype.itemsize * int(np.prod(shape)))
-        return None if segment is None else np.asarray(Outbox(self, segment, dtype, shape))
-
-    def give_back(self, segment: int) -> None:
-        """The last view of a received array is gone: the sender may reuse its segment."""
-        self.leased.discard(segment)
-        if self.error is None and not self.comm.closing:
-            with self._lock:
-                self.sock.sendmsg([RELEASE, segment.to_bytes(8, "little")])
-
-    # --- receiving: on the caller's thread while it waits in recv, else on the link's own ------
-    def pump(self, seconds: float) -> None:
-        """Read and handle at most one frame, waiting up to `seconds` for it: a recv reads the
-        socket on its own thread (a hand-over between threads cost ~50 us here)."""
-        if self._ended:
-            time.sleep(min(seconds, TICK))
-            return
-        poller = select.poll()
-        poller.register(self._rsock, select.POLLIN)
-        if poller.poll(seconds * 1000):
-            self._read_one()
-
-    @contextlib.contextmanager
-    def caller(self):
-        """A recv on this link is under way: the link's own thread stands aside meanwhile."""
-        with self._lock:
-            self._callers += 1
-            self._free.clear()
-        with self._reading:
-            pass  # a frame the link's thread is reading now is delivered before we look
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._callers -= 1
-                if not self._callers:
-                    self._free.set()
-
-    def _receive(self) -> None:
-        """The link's own thread: frames that come while nobody waits for them (releases,
-        messages received later, the end of file of a peer that died)."""
-        poller = select.poll()
-        poller.register(self._rsock, select.POLLIN)
-        while not self._ended and not self.comm.closing:
-            if self._free.wait(TICK) and poller.poll(TICK * 1000):
-                self._read_one(own_thread=True)
-
-    def _read_one(self, own_thread: bool = False) -> None:
-        with self._reading:
-            if self._ended or (own_thread and self._callers):
-                return  # a recv reads this frame on its own thread
-            try:
-                data, fds, flags, _ = socket.recv_fds(self._rsock, FRAME_BYTES, 1)
-            except BlockingIOError:
-                return  # the other reader took it
-            except OSError as e:
-                return self._end(f"its socket failed: {e.strerror}")
-            try:
-                if not data:
-                    return self._end("its process exited")  # end of file: closed, or died
-                self._take(data, fds, flags)
-            except WireError as e:
-                log.warning("rank %d refused a frame from rank %d: %s",
-                            self.comm.rank, self.peer, e)
-                self._end(f"it sent a frame that breaks the contract: {e}")
-            finally:
-                for fd in fds:
-                    os.close(fd)
-
-    def _end(self, reason: str) -> None:
-        self._ended = True
-        if self.comm.closing:
-            return
-        self.error = self.error or RankFailure(
-            f"rank {self.peer} is gone (rank {self.comm.rank}'s shared-memory link to it ended: "
-            f"{reason})", ranks=(self.peer,))
-        self.comm._mailbox.peer_failed(self.peer, f"its shared-memory link ended ({reason})")
-        self._shutdown()
-
-    def _take(self, data: bytes, fds: list[int], flags: int) -> None:
-        if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
-            raise WireError("a frame longer than a socket frame may be")
-        kind, body = data[:1], memoryview(data)[1:]
-        if kind == RELEASE:
-            if fds or len(body) != 8 or not self.pool.release(int.from_bytes(body, "little")):
-                raise WireError("a release of a segment this rank never sent")
-            return
-        if kind != MESSAGE:
-            raise WireError(f"unknown frame kind {kind!r}")
-        h, payload = decode_frame(body)
-        if not h.segment:
-            if fds:
-                raise WireError("a file descriptor with an inline frame")
-            message = self._assembler.add_decoded(h, payload)
-        else:
-            message = to_message(h, self._lease(h, fds))
-        if message is not None:
-            self.comm._mailbox.deliver(message)
-
-    def _lease(self, h: pb.Header, fds: list[int]) -> np.ndarray:
-        """The array a segment frame describes, in the sender's segment (checked first)."""
-        check_header(h, self.comm.world_size, self.peer, self.comm.max_message_bytes)
-        if h.offset or h.length:
-            raise WireError("a segment frame carries data of its own")
-        self._assembler.take_seq(h)
-        if fds:
-            size = h.segment_bytes
-            if (len(fds) != 1 or h.segment in self.theirs or size < MIN_SEGMENT
-                    or size & (size - 1) or sum(s.size for s in self.theirs.values()) + size
-                    > POOL_BYTES):
-                raise WireError(f"segment {h.segment} of {size} bytes: not a new segment "
-                                f"within the {POOL_BYTES}-byte limit")
-            try:
-                self.theirs[h.segment] = Segment(h.segment, size, fds.pop())
-            except (OSError, ValueError) as e:
-                raise WireError(f"segment {h.segment} cannot be mapped: {e}") from None
-        segment = self.theirs.get(h.segment)
-        if segment is None or segment.size != h.segment_bytes:
-            raise WireError(f"unknown segment {h.segment} ({h.segment_bytes} bytes)")
-        if h.segment in self.leased:
-            raise WireError(f"segment {h.segment} reused while rank {self.comm.rank} holds it")
-        self.leased.add(h.segment)
-        return np.asarray(Lease(segment, np.dtype(h.dtype), tuple(h.shape), self.give_back))
-
-    def _shutdown(self) -> None:
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)  # wakes our receiving thread; the peer sees EOF
-        except OSError:
-            pass
-
-    def close(self) -> None:
-        self._shutdown()
-        if self._thread is not threading.current_thread():
-            self._thread.join(2 * TICK)
-        self.sock.close()
-        self._rsock.close()
 
 
 class ShmCommunicator(GrpcCommunicator):
@@ -308,6 +74,11 @@ class ShmCommunicator(GrpcCommunicator):
     def peers_on_shm(self) -> list[int]:
         """The ranks this one reaches through shared memory."""
         return sorted(self._shm)
+
+    def bytes_copied(self) -> int:
+        """Bytes this rank's sends have copied into shared memory (or socket frames) so far;
+        an array made by `send_buffer` is sent where it lies, uncopied."""
+        return sum(link.copied for link in self._shm.values())
 
     def _dial(self, dst: int, name: str, deadline: float) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)

@@ -17,7 +17,8 @@ from allreduce_edu._proto import rank_pb2 as pb
 from allreduce_edu.collectives import ALGORITHMS, OPS
 from allreduce_edu.comm.mailbox import Message
 from allreduce_edu.comm.segments import Pool, Segment, size_class
-from allreduce_edu.comm.shm import INLINE_BYTES, MESSAGE, RELEASE, ShmCommunicator
+from allreduce_edu.comm.shm import ShmCommunicator
+from allreduce_edu.comm.shm_link import INLINE_BYTES, MESSAGE, RELEASE
 from allreduce_edu.comm.wire import encode_frames, header_of
 
 
@@ -153,3 +154,33 @@ def test_a_good_forged_inline_frame_is_received(pair):
     receiver, forger = pair
     forger._shm[0].sock.sendmsg([MESSAGE, next(encode_frames(Message(1, "x", np.arange(4.0)), 1))])
     np.testing.assert_array_equal(receiver.recv(1, "x", timeout=5), np.arange(4.0))
+
+
+def _send_buffers(comm):
+    """Rank 1 fills a send buffer and sends it (no copy), drops another unsent; rank 0 checks."""
+    from allreduce_edu.comm.segments import Outbox
+    if comm.rank == 0:
+        return bool((comm.recv(1, "filled") == 5).all())
+    link = comm._shm[0]
+    copied, segments = link.copied, len(link.pool._all)
+    buf = comm.send_buffer(0, (1 << 18,), np.float32)
+    buf[:] = 5
+    comm.send(0, buf, "filled")
+    sent_in_place = Outbox.of(buf).sent and link.copied == copied
+    unsent = comm.send_buffer(0, 1 << 18, "float32")
+    segment = Outbox.of(unsent).segment
+    del unsent  # dropped unsent: its segment is free again
+    reused = link.pool.acquire(1 << 20) is segment
+    link.pool.release(segment.id)
+    small = comm.send_buffer(0, 4, np.float32)  # small messages travel inline: a plain array
+    return sent_in_place, reused, Outbox.of(small) is None, len(link.pool._all) - segments
+
+
+def test_a_send_buffer_is_sent_where_it_lies_and_an_unsent_one_goes_back_to_the_pool():
+    received, (sent_in_place, reused, small_is_plain, new_segments) = cluster_for("shm", 2).run(_send_buffers)
+    assert received and sent_in_place and reused and small_is_plain and new_segments <= 2
+
+
+def test_send_buffer_on_other_transports_is_an_empty_array():
+    shapes = cluster_for("local", 2).run(lambda comm: comm.send_buffer(1 - comm.rank, (3, 2), "int32").shape)
+    assert shapes == [(3, 2)] * 2
