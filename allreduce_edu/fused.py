@@ -54,31 +54,35 @@ class _Normalise:
         return kernels.sum_layernorm(parts, self.gamma, self.beta, self.eps, out=acc,
                                      norm=self.norm)
 
-    def add(self, acc, incoming, lo):
-        """acc = norm(acc + incoming [+ residual]) in place, one pass: the fused reduce-scatter's
-        last step."""
+    def add(self, acc, incoming, lo, out=None):
+        """out = norm(acc + incoming [+ residual]) (out defaults to acc), one pass: the fused
+        reduce-scatter's last step."""
         from . import kernels
 
         self.rows += len(acc)
-        return kernels.add_layernorm(acc, incoming, self.gamma, self.beta, self.eps, out=acc,
+        return kernels.add_layernorm(acc, incoming, self.gamma, self.beta, self.eps,
+                                     out=acc if out is None else out,
                                      residual=self._residual(lo, len(acc)), norm=self.norm)
 
 
 def _fused(comm, x, normalise):
     """Reduce-scatter whole rows; the last reduce step and the norm are one pass; all-gather the
-    rows."""
+    rows. Like the ring all-reduce, it reads x once and writes the result once."""
     n, r = comm.world_size, comm.rank
-    # n × (rows_i, hidden); rank r owns piece r (maybe 0 rows)
-    pieces = np.array_split(x.copy(), n, axis=0)
-    lo = sum(len(p) for p in pieces[:r])  # first row of my piece
-    # reduce-scatter: N-1 ring steps; at the last one, my rows = norm(mine + sum of the others')
-    # in one pass
-    reduce_scatter_ring(comm, pieces, "sum",
-                        last=lambda acc, incoming: normalise.add(acc, incoming, lo))
+    out = np.empty_like(x)
     if n == 1:  # a world of one has no ring steps: just normalise
-        normalise(pieces[0])
-    # all-gather: N-1 ring steps pass the normalised rows around until every rank has all of them
-    return np.concatenate(all_gather_ring(comm, pieces), axis=0)
+        out[...] = x
+        return normalise(out)
+    # n × (rows_i, hidden): views of x (never written) and of the result; rank r owns piece r
+    mine, result = np.array_split(x, n, axis=0), np.array_split(out, n, axis=0)
+    lo = sum(len(p) for p in mine[:r])  # first row of my piece
+    # reduce-scatter: N-1 ring steps; at the last one, my rows = norm(mine + sum of the others')
+    # in one pass, written straight into the result
+    reduce_scatter_ring(comm, mine, "sum", out=result,
+                        last=lambda acc, incoming: normalise.add(acc, incoming, lo, result[r]))
+    # all-gather: N-1 ring steps pass the normalised rows around, each copied into the result
+    all_gather_ring(comm, result, copy_into=True)
+    return out
 
 
 def _unfused(comm, x, normalise):

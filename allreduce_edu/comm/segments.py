@@ -20,7 +20,7 @@ import threading
 import numpy as np
 
 MIN_SEGMENT = 1 << 20  # segment sizes are powers of two from 1 MiB
-POOL_BYTES = 1 << 30  # at most this much shared memory per (sender, receiver) pair
+POOL_BYTES = 256 << 20  # at most this much shared memory per (sender, receiver) pair
 NAME = "allreduce-edu"  # memfds show as /memfd:allreduce-edu ... in /proc/PID/fd (for leak tests)
 
 

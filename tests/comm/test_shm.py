@@ -16,7 +16,7 @@ import allreduce_edu as ae
 from allreduce_edu._proto import rank_pb2 as pb
 from allreduce_edu.collectives import ALGORITHMS, OPS
 from allreduce_edu.comm.mailbox import Message
-from allreduce_edu.comm.segments import Pool, Segment, size_class
+from allreduce_edu.comm.segments import POOL_BYTES, Pool, Segment, size_class
 from allreduce_edu.comm.shm import ShmCommunicator
 from allreduce_edu.comm.shm_link import INLINE_BYTES, MESSAGE, RELEASE
 from allreduce_edu.comm.wire import encode_frames, header_of
@@ -74,7 +74,7 @@ def test_received_arrays_stay_intact_while_held_and_the_pool_stays_bounded():
         assert intact == [True] * 12
         check_allreduce(cluster, "ring", "sum", (1 << 20,), "float32")
     finally:
-        cluster.run(lambda comm: [setattr(link.pool, "limit", 1 << 30) for link in comm._shm.values()])
+        cluster.run(lambda comm: [setattr(link.pool, "limit", POOL_BYTES) for link in comm._shm.values()])
 
 
 def test_segments_are_owner_only_memfds_and_socket_names_unguessable():
