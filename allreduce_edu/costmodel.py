@@ -158,3 +158,20 @@ def predict_norm(variant: str, world_size: int, nbytes: float, alpha: float, bet
     if variant not in costs:
         raise ValueError(f"no model for {variant!r}; known: {', '.join(costs)}")
     return costs[variant]
+
+
+def crossover(a: str, b: str, world_size: int, alpha: float, beta: float,
+              gamma: float = 0.0) -> float | None:
+    """The size in bytes where the model's times for algorithms `a` and `b` are equal (None: never).
+
+    Every predicted time is a straight line c0 + c1·S in the size S, so the crossing is
+    (c0_b − c0_a)/(c1_a − c1_b).
+    """
+    c0a = predict(a, world_size, 0, alpha, beta, gamma)
+    c0b = predict(b, world_size, 0, alpha, beta, gamma)
+    c1a = predict(a, world_size, 1, alpha, beta, gamma) - c0a
+    c1b = predict(b, world_size, 1, alpha, beta, gamma) - c0b
+    if math.isclose(c1a, c1b, rel_tol=1e-12, abs_tol=0.0):
+        return None
+    size = (c0b - c0a) / (c1a - c1b)
+    return size if size > 0 else None

@@ -7,12 +7,10 @@ model predicts.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..bench import combine, measure
-from ..costmodel import predict
+from ..costmodel import crossover, predict
 from .feedback import Feedback, failed, multiple_choice, passed
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 
@@ -22,23 +20,6 @@ CANDIDATES = ("ring", "tree", "recursive_doubling", "rabenseifner")
 CHOOSE_SOLUTION = """def choose(nbytes, world_size, alpha, beta):
     return min(["ring", "tree", "recursive_doubling", "rabenseifner"],
                key=lambda algorithm: predict(algorithm, world_size, nbytes, alpha, beta))"""
-
-
-def crossover(a: str, b: str, world_size: int, alpha: float, beta: float,
-              gamma: float = 0.0) -> float | None:
-    """The size in bytes where the model's times for algorithms `a` and `b` are equal (None: never).
-
-    Every predicted time is a straight line c0 + c1·S in the size S, so the crossing is
-    (c0_b − c0_a)/(c1_a − c1_b).
-    """
-    c0a = predict(a, world_size, 0, alpha, beta, gamma)
-    c0b = predict(b, world_size, 0, alpha, beta, gamma)
-    c1a = predict(a, world_size, 1, alpha, beta, gamma) - c0a
-    c1b = predict(b, world_size, 1, alpha, beta, gamma) - c0b
-    if math.isclose(c1a, c1b, rel_tol=1e-12, abs_tol=0.0):
-        return None
-    size = (c0b - c0a) / (c1a - c1b)
-    return size if size > 0 else None
 
 
 def measure_rows(cluster, algorithms, sizes, dtype="float32", iters=20, warmup=5,
