@@ -1,7 +1,17 @@
 """allreduce-edu: collective communication you can read, run on real gRPC ranks,
 watch and measure."""
 
-from .collectives import all_gather, allreduce, broadcast, reduce, reduce_scatter
+from .collectives import (
+    all_gather,
+    allreduce,
+    broadcast,
+    iall_gather,
+    iallreduce,
+    ireduce_scatter,
+    reduce,
+    reduce_scatter,
+    wait_all,
+)
 from .comm.errors import CollectiveError, CollectiveMismatch, CollectiveTimeout, RankFailure
 from .fused import reduce_layernorm_broadcast
 from .runtime import Cluster, init
@@ -9,5 +19,6 @@ from .runtime import Cluster, init
 __version__ = "0.1.0"
 
 __all__ = ["Cluster", "init", "allreduce", "reduce", "broadcast", "reduce_scatter", "all_gather",
+           "iallreduce", "ireduce_scatter", "iall_gather", "wait_all",
            "reduce_layernorm_broadcast", "CollectiveError", "RankFailure", "CollectiveTimeout",
            "CollectiveMismatch"]

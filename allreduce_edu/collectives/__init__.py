@@ -6,6 +6,7 @@
     broadcast(comm, x, root=0)                      # binomial tree; root's x on every rank
     reduce_scatter(comm, x, op="sum")               # ring; rank r gets np.array_split(x, N)[r]
     all_gather(comm, x)                             # ring; pieces joined along axis 0 in rank order
+    iallreduce, ireduce_scatter, iall_gather        # non-blocking: a request now, .wait() later
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from . import recursive  # noqa: F401 - imported to register recursive_doubling,
 from . import hierarchical  # noqa: F401 - needs ring; nodes from comm.links (lessons/05)
 # isort: on
 from ..ops import OPS
+from .nonblocking import CollectiveRequest, iall_gather, iallreduce, ireduce_scatter, wait_all
 from .registry import ALGORITHMS, DESCRIPTIONS, check_op, check_root, describe
 
 __all__ = ["allreduce", "reduce", "broadcast", "reduce_scatter", "all_gather", "ALGORITHMS",
-           "DESCRIPTIONS", "describe", "OPS"]
+           "DESCRIPTIONS", "describe", "OPS", "iallreduce", "ireduce_scatter", "iall_gather",
+           "wait_all", "CollectiveRequest"]
 
 
 def allreduce(comm, x, op: str = "sum", algorithm: str = "ring") -> np.ndarray:
@@ -68,8 +71,10 @@ def reduce_scatter(comm, x, op: str = "sum") -> np.ndarray:
         raise ValueError(f"reduce_scatter on rank {comm.rank} needs an array with at least one "
                          f"axis to split")
     with comm.collective("reduce_scatter", algorithm="ring", op=op, dtype=x.dtype, shape=x.shape):
-        pieces = np.array_split(x.copy(), comm.world_size, axis=0)
-        return ring.reduce_scatter_ring(comm, pieces, op).copy()
+        mine = np.array_split(x, comm.world_size, axis=0)  # views of x, never written
+        out = [None] * comm.world_size
+        out[comm.rank] = np.empty_like(mine[comm.rank])  # the only piece this rank keeps
+        return ring.reduce_scatter_ring(comm, mine, op, out=out)
 
 
 def all_gather(comm, x) -> np.ndarray:

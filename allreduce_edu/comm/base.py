@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 
 import numpy as np
@@ -65,6 +66,7 @@ class Communicator:
     """
 
     transport = "local"  # what carries its messages (each Request may say otherwise)
+    _progress = None  # the communication thread of non-blocking collectives, once one is issued
 
     def __init__(self, rank: int, world_size: int, timeout: float = 30.0):
         if not 0 <= rank < world_size:
@@ -160,6 +162,9 @@ class Communicator:
 
         Nested calls (ring all-reduce calling reduce-scatter) belong to the outermost collective.
         """
+        progress = self._progress  # non-blocking collectives first (collectives/nonblocking.py):
+        if progress is not None and threading.current_thread() is not progress.thread:
+            progress.drain()  # the signature below may be theirs until they are done
         if self._signature is not None:
             yield
             return

@@ -46,7 +46,10 @@ def execute(comm, run_id: int, payload: bytes, output: io.StringIO) -> Report:
     (after `comm.begin_run`)."""
     try:
         fn, args, kwargs = cloudpickle.loads(payload)
-        report = Report(comm.rank, run_id, value=fn(comm, *args, **kwargs))
+        value = fn(comm, *args, **kwargs)
+        if comm._progress is not None:  # non-blocking collectives still running finish here
+            comm._progress.drain()
+        report = Report(comm.rank, run_id, value=value)
     except BaseException as e:  # noqa: BLE001 - everything goes to the caller, with its traceback
         report = Report(comm.rank, run_id, error=e, traceback=traceback.format_exc(), kind="error")
     report.events, report.receives = list(comm.trace.events), list(comm.trace.receives)

@@ -1,0 +1,151 @@
+"""Non-blocking collectives: `iallreduce`, `ireduce_scatter`, `iall_gather` return a request at
+once; `request.wait()` returns the result. Introduced in lessons/12_overlap.
+
+Each rank gets one communication thread, which runs the requests in the order they were issued —
+as NCCL runs collectives in stream order, MPI's `MPI_Iallreduce` progresses them, and DeepSpeed's
+`overlap_comm` and PyTorch DDP's reducer hand them to a side stream or thread. Every rank must
+issue the same collectives in the same order, as with the blocking calls. A blocking collective
+called while requests are pending first waits for them, so the two never run at once on one rank.
+
+Nothing waits forever: every message the thread waits for has the communicator's deadline, so a
+request finishes or fails; a dead rank fails `wait()` with RankFailure on every survivor.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import numpy as np
+
+from ..comm.errors import CollectiveTimeout
+
+
+class CollectiveRequest:
+    """A collective in flight: `wait()` for its result (or its error); `done()` without waiting.
+    `t_issued`, `t_start`, `t_end` (time.perf_counter) are when it was issued, ran, finished."""
+
+    def __init__(self, comm, name: str, run, args):
+        self.comm, self.name, self._run, self._args = comm, name, run, args
+        self.nbytes = int(getattr(args[0], "nbytes", 0)) if args else 0
+        self.t_issued, self.t_start, self.t_end = time.perf_counter(), None, None
+        self._done, self._result, self._error = threading.Event(), None, None
+
+    def __repr__(self) -> str:
+        state = "done" if self.done() else "running" if self.t_start else "queued"
+        return f"CollectiveRequest({self.name}, {self.nbytes} bytes, {state})"
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> np.ndarray:
+        """The result; raises the collective's own error (RankFailure, CollectiveMismatch, ...).
+
+        Without `timeout` it waits while the collective makes progress, which every message's
+        deadline bounds; with one, CollectiveTimeout after that many seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        progress = self.comm._progress
+        while not self._done.wait(0.1):
+            if not progress.thread.is_alive():
+                raise RuntimeError(f"rank {self.comm.rank}: the communication thread has stopped")
+            if deadline is not None and time.monotonic() > deadline:
+                raise CollectiveTimeout(f"rank {self.comm.rank}: {self.name} not finished "
+                                        f"within {timeout:g} s ({self!r})")
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def _execute(self) -> None:
+        self.t_start = time.perf_counter()
+        try:
+            self._result = self._run(self.comm, *self._args)
+        except BaseException as e:  # noqa: BLE001 - handed to whoever waits
+            self._error = e
+        finally:
+            self.t_end = time.perf_counter()
+            self._done.set()
+
+
+class Progress:
+    """A rank's communication thread and its queue of requests, in issue order."""
+
+    def __init__(self, comm):
+        self.comm = comm
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._pending: list[CollectiveRequest] = []
+        self._lock = threading.Lock()
+        self.thread = threading.Thread(target=self._loop, daemon=True,
+                                       name=f"rank{comm.rank}-collectives")
+        self.thread.start()
+
+    def submit(self, request: CollectiveRequest) -> CollectiveRequest:
+        with self._lock:
+            self._pending = [r for r in self._pending if not r.done()] + [request]
+        self._queue.put(request)
+        return request
+
+    def drain(self) -> None:
+        """Wait for every pending request (their errors stay with them, for their own wait)."""
+        with self._lock:
+            pending = list(self._pending)
+        for request in pending:
+            try:
+                request.wait()
+            except Exception:  # noqa: BLE001, S110 - reported by the request's own wait()
+                pass
+
+    def _loop(self) -> None:
+        while (request := self._queue.get()) is not None:
+            request._execute()
+
+    def close(self) -> None:
+        self._queue.put(None)
+
+
+def progress_of(comm) -> Progress:
+    """The rank's communication thread, started on first use."""
+    progress = getattr(comm, "_progress", None)
+    if progress is None:
+        progress = comm._progress = Progress(comm)
+    return progress
+
+
+def _issue(comm, name: str, run, *args) -> CollectiveRequest:
+    return progress_of(comm).submit(CollectiveRequest(comm, name, run, args))
+
+
+def iallreduce(comm, x, op: str = "sum", algorithm: str = "ring") -> CollectiveRequest:
+    """Start `allreduce(comm, x, op, algorithm)`; x is copied now, so you may change it after."""
+    from . import allreduce
+
+    return _issue(comm, f"allreduce/{algorithm}",
+                  lambda c, a: allreduce(c, a, op, algorithm), np.array(x))
+
+
+def ireduce_scatter(comm, x, op: str = "sum") -> CollectiveRequest:
+    """Start `reduce_scatter(comm, x, op)` (x copied now)."""
+    from . import reduce_scatter
+
+    return _issue(comm, "reduce_scatter", lambda c, a: reduce_scatter(c, a, op), np.array(x))
+
+
+def iall_gather(comm, x) -> CollectiveRequest:
+    """Start `all_gather(comm, x)` (x copied now)."""
+    from . import all_gather
+
+    return _issue(comm, "all_gather", all_gather, np.array(x))
+
+
+def wait_all(requests) -> list:
+    """Every request's result, in order (the first error raised once all have finished)."""
+    results, first = [], None
+    for request in requests:
+        try:
+            results.append(request.wait())
+        except Exception as e:  # noqa: BLE001 - the first one is raised below
+            results.append(None)
+            first = first or e
+    if first is not None:
+        raise first
+    return results
