@@ -1,0 +1,118 @@
+"""Non-blocking collectives: the same results as the blocking ones, in issue order, with deadlines;
+a rank killed while a request is in flight fails wait() on every survivor."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+from conftest import cluster_for
+
+import allreduce_edu as ae
+from allreduce_edu.collectives.nonblocking import wait_all
+
+
+def _mixed(comm):
+    requests = [ae.iallreduce(comm, np.full(1000, comm.rank + i, np.float32), algorithm=a)
+                for i, a in enumerate(["ring", "tree", "recursive_doubling", "naive"])]
+    shard = ae.ireduce_scatter(comm, np.arange(8.0))
+    gathered = ae.iall_gather(comm, np.array([comm.rank]))
+    x = np.ones(3)
+    blocking = ae.allreduce(comm, x)  # waits for the requests before it starts
+    done_before = all(r.done() for r in requests + [shard, gathered])
+    return ([r.wait()[0] for r in requests], shard.wait().tolist(), gathered.wait().tolist(),
+            blocking.tolist(), done_before)
+
+
+def test_requests_give_the_blocking_results_in_issue_order(transport):
+    for rank, (sums, shard, gathered, blocking, done_before) in enumerate(cluster_for(transport, 4).run(_mixed)):
+        assert sums == [6 + 4 * i for i in range(4)]
+        assert shard == (np.array_split(np.arange(8.0) * 4, 4)[rank]).tolist()
+        assert gathered == [0, 1, 2, 3] and blocking == [4.0, 4.0, 4.0] and done_before
+
+
+def _input_copied(comm):
+    x = np.ones(4)
+    request = ae.iallreduce(comm, x)
+    x[:] = 100  # changing the input after issuing does not change the result
+    return request.wait().tolist(), repr(request)
+
+
+def test_the_input_is_copied_when_the_request_is_issued():
+    for result, text in cluster_for("local", 3).run(_input_copied):
+        assert result == [3.0] * 4 and text.startswith("CollectiveRequest(allreduce/ring, 32 bytes, done")
+
+
+def _mismatch(comm):
+    request = ae.iallreduce(comm, np.ones(4 if comm.rank else 5))
+    try:
+        request.wait()
+    except ae.CollectiveError as e:  # the mismatch, or the wait on a rank that saw it
+        return type(e).__name__, str(e)
+    return "no error", ""
+
+
+def test_a_mismatch_inside_a_request_is_raised_by_wait():
+    with ae.Cluster(3, transport="local", timeout=2) as cluster:
+        results = cluster.run(_mismatch)
+    assert any(kind == "CollectiveMismatch" and "shape" in text for kind, text in results)
+    assert all(kind in ("CollectiveMismatch", "CollectiveTimeout") for kind, _ in results)
+
+
+def _outcome_of_a_request_whose_peer_dies(comm, folder):
+    if comm.rank == 1:
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+    request = ae.iallreduce(comm, np.ones(1 << 16))
+    t0 = time.monotonic()
+    try:
+        request.wait()
+        outcome = {"error": None}
+    except ae.RankFailure as e:
+        outcome = {"error": type(e).__name__, "ranks": list(e.ranks), "message": str(e)}
+    outcome["seconds"] = time.monotonic() - t0
+    with open(os.path.join(folder, f"rank{comm.rank}.json"), "w") as f:
+        json.dump(outcome, f)
+
+
+def test_a_rank_killed_while_a_request_is_in_flight_fails_wait_on_every_survivor(tmp_path):
+    with ae.Cluster(4, timeout=20) as cluster, pytest.raises(ae.RankFailure, match="rank 1 died"):
+        cluster.run(_outcome_of_a_request_whose_peer_dies, str(tmp_path))
+    outcomes = {int(p.stem[4:]): json.loads(p.read_text()) for p in tmp_path.glob("rank*.json")}
+    assert sorted(outcomes) == [0, 2, 3]
+    for rank, outcome in outcomes.items():
+        assert outcome["error"] == "RankFailure", (rank, outcome)
+        assert outcome["seconds"] < 10, "a survivor sat out its 20 s deadline"
+
+
+def _times_out(comm):
+    if comm.rank == 0:
+        request = ae.iallreduce(comm, np.ones(2))  # the others never join
+        with pytest.raises(ae.CollectiveTimeout, match="not finished within 0.2 s"):
+            request.wait(timeout=0.2)
+        with pytest.raises(ae.CollectiveTimeout):
+            request.wait()  # the message's own deadline ends it
+    return True
+
+
+def test_wait_has_a_deadline_and_the_collective_its_own():
+    with ae.Cluster(2, transport="local", timeout=1) as cluster:
+        assert cluster.run(_times_out) == [True, True]
+
+
+def test_wait_all_raises_the_first_error_after_every_request_finished():
+    class Done:
+        def __init__(self, value, error=None):
+            self.value, self.error = value, error
+
+        def wait(self):
+            if self.error:
+                raise self.error
+            return self.value
+    assert wait_all([Done(1), Done(2)]) == [1, 2]
+    with pytest.raises(ValueError, match="first"):
+        wait_all([Done(1), Done(None, ValueError("first")), Done(None, KeyError("second"))])
