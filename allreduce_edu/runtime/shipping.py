@@ -4,8 +4,13 @@ packages by name."""
 from __future__ import annotations
 
 import sys
+import threading
 
 import cloudpickle
+
+# cloudpickle's by-value registry is global: two threads shipping from one module (two clusters
+# run from threads) must not unregister it under each other
+_LOCK = threading.Lock()
 
 
 def ship(fn, args, kwargs) -> bytes:
@@ -16,13 +21,14 @@ def ship(fn, args, kwargs) -> bytes:
     modules = {sys.modules.get(getattr(f, "__module__", None) or "") for f in callables}
     local = [m for m in modules
              if m is not None and m.__name__ not in ("__main__", "builtins") and _is_local(m)]
-    for module in local:
-        cloudpickle.register_pickle_by_value(module)
-    try:
-        return cloudpickle.dumps((fn, args, kwargs))
-    finally:
+    with _LOCK:
         for module in local:
-            cloudpickle.unregister_pickle_by_value(module)
+            cloudpickle.register_pickle_by_value(module)
+        try:
+            return cloudpickle.dumps((fn, args, kwargs))
+        finally:
+            for module in local:
+                cloudpickle.unregister_pickle_by_value(module)
 
 
 def _is_local(module) -> bool:
