@@ -7,6 +7,9 @@ gradient is ready, so the early buckets travel while backward computes the layer
 *Exposed communication* is the part of a step during which the rank waits for communication
 instead of computing: the step's time minus its compute.
 
+`zero3_pass` is ZeRO-3's (FSDP's `forward_prefetch` / `backward_prefetch`) the same way: the next
+layer's all-gather starts before this layer computes.
+
 `predict_exposed` is the α-β model of the same pipeline: buckets are ready when backward has
 produced them (measured compute times), one communication thread sends them one after another,
 and whatever is left after backward ends is exposed.
@@ -19,9 +22,9 @@ import time
 import numpy as np
 
 from ..collectives import allreduce
-from ..collectives.nonblocking import iallreduce
+from ..collectives.nonblocking import iall_gather, iallreduce
 from ..costmodel import predict
-from .layers import loss_and_grads_by_layer
+from .layers import loss_and_grads_by_layer, split_unit, units
 
 
 def bucket_layers(layer_bytes: list[int], bucket_bytes: int | None) -> list[list[int]]:
@@ -128,3 +131,26 @@ def predict_exposed(backward_seconds: list[float], layer_bytes: list[int],
         start = max(max(ready[i] for i in members), free) if overlap else max(backward_end, free)
         free = start + predict("ring", world_size, nbytes, alpha, beta)
     return max(free - backward_end, 0.0)
+
+
+def zero3_pass(comm, params, X, y, prefetch: bool) -> tuple[float, float]:
+    """Run on every rank: one forward and backward of ZeRO-3, each layer's weights all-gathered
+    from the ranks' shards when the pass asks for them; with `prefetch`, the next layer's
+    all-gather is started before this layer computes. Returns (seconds, loss)."""
+    layers = len(params) // 2
+    shards = [np.array_split(u, comm.world_size)[comm.rank] for u in units(params)]
+    order = list(range(layers)) + list(reversed(range(layers)))  # what the pass asks for
+    requests, asked = {}, iter(range(len(order)))
+
+    def weights(layer):
+        k = next(asked)
+        if k not in requests:
+            requests[k] = iall_gather(comm, shards[order[k]])
+        if prefetch and k + 1 < len(order):  # the next layer's gather travels while this one
+            requests[k + 1] = iall_gather(comm, shards[order[k + 1]])  # computes
+        return split_unit(requests.pop(k).wait(), params[2 * layer].shape)
+
+    comm.barrier()
+    t0 = time.perf_counter()
+    loss, _ = loss_and_grads_by_layer(weights, X, y, layers=layers)
+    return time.perf_counter() - t0, loss

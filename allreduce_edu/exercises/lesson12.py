@@ -1,0 +1,276 @@
+"""Lesson 12 · overlapping communication with compute: DDP's buckets during backward, what stays
+exposed, ZeRO-3's prefetch; the lesson's measurements (`measure`, `plot_overlap`, `busy_cores`,
+`zero3_pass`) and its checkers: `check_choose_bucket` runs your bucket size through
+`predict_exposed` on three networks, `check_no_overlap` compares your number with the sum of the
+buckets' ring times, `check_overlap_answer` takes a letter.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from ..collectives import allreduce
+from ..costmodel import predict
+from ..sharded.overlap import (  # noqa: F401 - zero3_pass: the notebook's
+    bucket_layers,
+    measure_overlap,
+    predict_exposed,
+    zero3_pass,
+)
+from .feedback import Feedback, failed, multiple_choice, passed
+from .registry import exercise, hint, solution  # noqa: F401 - notebook
+
+# the lesson's MLP (64, 256, 256, 256, 256, 8) in float64: each layer's W and b, in bytes
+MLP_LAYER_BYTES = [133_120, 526_336, 526_336, 526_336, 16_448]
+MS = 1e-3
+
+
+def measure(cluster, params, X, y, configs: dict, rounds: int = 3, steps: int = 3,
+            batch: int = 4096) -> dict:
+    """`measure_overlap` for each config {name: (bucket_bytes, overlap)}, round after round (a busy
+    moment hits every config alike). Per config: the medians over rounds of the ranks' mean
+    exposed, step and compute seconds, each layer's backward seconds, and the last round's
+    per-rank results (for plot_overlap)."""
+    runs = {name: [] for name in configs}
+    for _ in range(rounds):
+        for name, (bucket_bytes, overlap) in configs.items():
+            runs[name].append(cluster.run(measure_overlap, params, X, y, bucket_bytes, overlap,
+                                          steps, batch))
+    layers, out = len(params) // 2, {}
+    for name, rounds_ in runs.items():
+        def mean(key, rounds_=rounds_):
+            return float(np.median([np.mean([r[key] for r in ranks]) for ranks in rounds_]))
+        backward = np.median([_backward(ranks, layers) for ranks in rounds_], axis=0)
+        out[name] = {"exposed": mean("exposed_median"), "step": mean("step_median"),
+                     "compute": mean("compute"), "backward": backward.tolist(),
+                     "ranks": rounds_[-1], "buckets": rounds_[-1][0]["buckets"]}
+    return out
+
+
+def _backward(ranks: list, layers: int) -> list[float]:
+    """Each layer's backward seconds in the last step, averaged over the ranks."""
+    return [float(np.mean([sum(t1 - t0 for kind, i, t0, t1 in r["spans"]
+                               if kind == "backward" and i == layer) for r in ranks]))
+            for layer in range(layers)]
+
+
+def plot_overlap(ranks: list, ax, title: str = "") -> None:
+    """One DDP step per rank: forward and backward spans above each rank's line, its buckets'
+    all-reduces below, in ms since the step began; the exposed communication on the right."""
+    from matplotlib.patches import Patch
+
+    colours = {"forward": "#9ecae1", "backward": "#3182bd"}
+    for rank, r in enumerate(ranks):
+        for kind, _, t0, t1 in r["spans"]:  # ms since this rank's step began
+            ax.broken_barh([((t0 - r["t0"]) * 1e3, (t1 - t0) * 1e3)], (rank - 0.42, 0.4),
+                           facecolors=colours[kind])
+        for b, (_, t0, t1) in enumerate(r["comm_spans"]):
+            ax.broken_barh([((t0 - r["t0"]) * 1e3, (t1 - t0) * 1e3)], (rank + 0.02, 0.4),
+                           facecolors="#fd8d3c" if b % 2 == 0 else "#a63603")
+        ax.text(r["step"] * 1e3, rank, f"  exposed {r['exposed'] * 1e3:.0f} ms", va="center",
+                fontsize=8)
+    handles = [Patch(color=c, label=k) for k, c in colours.items()]
+    handles.append(Patch(color="#fd8d3c", label="all-reduce of a bucket"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8,
+              frameon=False)
+    room = 1.22e3 * max(r["step"] for r in ranks)  # for the labels
+    if not ax.get_autoscalex_on():  # an axis shared with a plot drawn before: keep the wider
+        room = max(room, ax.get_xlim()[1])
+    ax.set_xlim(0, room)
+    ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in range(len(ranks))])
+    ax.set_ylim(len(ranks) - 0.4, -0.6)
+    ax.set_xlabel("ms since the step began")
+    ax.set_title(title, fontsize=10)
+
+
+def _cpu_of_allreduces(comm, nbytes: int, iters: int) -> tuple[float, float]:
+    x = np.ones(nbytes // 8)
+    allreduce(comm, x)
+    comm.barrier()
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(iters):
+        allreduce(comm, x)
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def busy_cores(cluster, nbytes: int, iters: int = 10) -> float:
+    """The share of this machine's cores the ranks keep busy while they do nothing but all-reduce
+    `nbytes`: their CPU seconds (every thread) over wall seconds × cores. Ranks in processes."""
+    per_rank = cluster.run(_cpu_of_allreduces, nbytes, iters)
+    wall = max(w for w, _ in per_rank)
+    return sum(c for _, c in per_rank) / (wall * len(os.sched_getaffinity(0)))
+
+
+# --- 12.1 ------------------------------------------------------------------------------------
+# (name, layer_bytes, backward_seconds, alpha, beta, world_size)
+NETWORKS = (
+    ("this lesson's MLP behind the emulated link (α = 2 ms, 200 MB/s, N = 4)",
+     MLP_LAYER_BYTES, [2 * MS, 30 * MS, 30 * MS, 30 * MS, 2 * MS], 2e-3, 1 / 200e6, 4),
+    ("a slow-α network (α = 5 ms, 10 GB/s, N = 8), 12 layers of 4 MiB",
+     [4 << 20] * 12, [20 * MS] * 12, 5e-3, 1 / 10e9, 8),
+    ("a fast-α network like NCCL's (α = 10 µs, 25 GB/s, N = 64), 24 layers of 50 MiB and "
+     "a 200 MiB embedding",
+     [200 << 20] + [50 << 20] * 24, [20 * MS] + [6 * MS] * 24, 10e-6, 1 / 25e9, 64),
+)
+
+CHOOSE_SOLUTION = """def choose_bucket(layer_bytes, backward_seconds, alpha, beta, world_size):
+    n = len(layer_bytes)   # only sums of consecutive layers give different buckets
+    sizes = {sum(layer_bytes[i:j]) for i in range(n) for j in range(i + 1, n + 1)}
+    return min(sizes, key=lambda size: predict_exposed(backward_seconds, layer_bytes, size,
+                                                       world_size, alpha, beta))"""
+
+
+def _sizes(layer_bytes) -> set[int]:
+    n = len(layer_bytes)
+    return {sum(layer_bytes[i:j]) for i in range(n) for j in range(i + 1, n + 1)}
+
+
+@exercise(
+    "12.1", "choose the bucket size by the model", kind="code", function="choose_bucket",
+    solution=CHOOSE_SOLUTION, needs={"predict_exposed": predict_exposed},
+    hints=("No rule of thumb needed: predict_exposed(backward_seconds, layer_bytes, bucket_bytes, "
+           "world_size, alpha, beta) prices any bucket size. Try several and keep the one that "
+           "leaves the least exposed.",
+           "Which sizes? A bucket closes once it holds at least bucket_bytes, so only sums of "
+           "consecutive layers give different buckets: from the smallest layer (one bucket per "
+           "layer) to sum(layer_bytes) (one bucket). Powers of two in between come close.",
+           "Return min(sizes, key=lambda size: predict_exposed(backward_seconds, layer_bytes, "
+           "size, world_size, alpha, beta))."),
+    key="""from allreduce_edu.exercises.lesson12 import check_choose_bucket, hint, solution
+from allreduce_edu.sharded.overlap import predict_exposed
+
+
+""" + CHOOSE_SOLUTION + """
+
+
+check_choose_bucket(choose_bucket)""")
+def check_choose_bucket(choose_bucket) -> Feedback:
+    """Exercise 12.1: choose_bucket(...) leaves within 10% of the model's least exposed time."""
+    for network in NETWORKS:
+        problem = _bucket_problem(choose_bucket, *network)
+        if problem:
+            return failed(problem)
+    return passed("within 10% of the model's best on all three networks: few big buckets where "
+                  "α is dear, one per layer where it is cheap, and in between on the emulated "
+                  "link, where the last bucket must be small enough to finish soon after "
+                  "backward.")
+
+
+def _bucket_problem(choose_bucket, name, layer_bytes, backward, alpha, beta, n) -> str:
+    """What is wrong with choose_bucket's size on one network ("" if it is good enough)."""
+    def model(size):
+        return predict_exposed(backward, layer_bytes, size, n, alpha, beta)
+    best = min(_sizes(layer_bytes), key=model)
+    try:
+        got = choose_bucket(list(layer_bytes), list(backward), alpha, beta, n)
+    except Exception as e:  # noqa: BLE001 - the learner's code: report, don't crash
+        return f"on {name}, choose_bucket raised {type(e).__name__}: {e}"
+    if isinstance(got, bool) or not isinstance(got, (int, float, np.integer, np.floating)) \
+            or not got > 0:
+        return f"on {name} you returned {got!r}: return a bucket size in bytes, a positive number."
+    if model(got) <= 1.1 * model(best) + 1e-9:
+        return ""
+    buckets = bucket_layers(layer_bytes, got)
+    plural = "s" if len(buckets) > 1 else ""
+    where = (f"on {name}, your {got:,.0f} bytes make {len(buckets)} bucket{plural} and leave "
+             f"{model(got) / MS:.1f} ms exposed; {best:,} bytes "
+             f"({len(bucket_layers(layer_bytes, best))} buckets) leave {model(best) / MS:.1f} ms")
+    if len(buckets) == 1:
+        why = ("one bucket is ready only when backward has finished, so nothing overlaps: the "
+               "whole all-reduce is exposed. Smaller buckets start during backward.")
+    elif len(buckets) == len(layer_bytes):
+        why = (f"one bucket per layer pays 2(N − 1)α = {2 * (n - 1) * alpha / MS:.2f} ms for "
+               f"every layer, and the buckets queue behind each other. Bigger buckets pay "
+               f"fewer α.")
+    else:
+        why = "compare every candidate size with predict_exposed (hint(\"12.1\"))."
+    return f"{where}: {why}"
+
+
+# --- 12.2 ------------------------------------------------------------------------------------
+@exercise(
+    "12.2", "predict the exposed time without overlap", kind="number",
+    todo="replace None with seconds (a number or an expression of layer_bytes, alpha, beta, N), "
+         "then run this cell again.",
+    hints=("Without overlap the buckets start after backward has ended, one after another, so "
+           "nothing hides: the exposed time is the sum of the buckets' all-reduce times.",
+           "Each layer is its own bucket here; a ring all-reduce of S bytes takes "
+           "2(N − 1)·α + 2(N − 1)/N·S·β (lesson 03). Sum that over layer_bytes."),
+    solution="""The sum of the five buckets' ring all-reduce times, since none starts before
+backward ends:
+    Σ over layers of  2(N − 1)·α + 2(N − 1)/N·S_layer·β
+  = 5 · 6 · 2 ms  +  1.5 · 1,728,576 B / 200 MB/s  =  60 ms + 12.96 ms  ≈  73.0 ms
+predict_exposed(backward, layer_bytes, None, N, alpha, beta, overlap=False) gives the same.""",
+    key="""from allreduce_edu.exercises.lesson12 import check_no_overlap, hint, solution
+
+# every bucket's ring all-reduce, one after another, after backward: all of it exposed
+my_exposed = sum(2 * (N - 1) * alpha + 2 * (N - 1) / N * s * beta for s in layer_bytes)
+check_no_overlap(my_exposed, layer_bytes, alpha, beta, N)""")
+def check_no_overlap(answer, layer_bytes=tuple(MLP_LAYER_BYTES), alpha: float = 2e-3,
+                     beta: float = 1 / 200e6, world_size: int = 4) -> Feedback:
+    """Exercise 12.2: exposed seconds of one step with one bucket per layer and no overlap."""
+    n, total = world_size, sum(layer_bytes)
+    want = sum(predict("ring", n, s, alpha, beta) for s in layer_bytes)
+    if isinstance(answer, bool) or not isinstance(answer, (int, float, np.integer, np.floating)) \
+            or not answer > 0:
+        return failed("answer with a positive number of seconds.")
+    def close(x):
+        return abs(answer - x) <= 0.02 * x
+    if close(want):
+        return passed(f"{want / MS:.1f} ms: {len(layer_bytes)} buckets × 2(N − 1)α = "
+                      f"{len(layer_bytes) * 2 * (n - 1) * alpha / MS:.0f} ms of latency, and "
+                      f"2(N − 1)/N·Σ S·β = {2 * (n - 1) / n * total * beta / MS:.1f} ms of bytes. "
+                      f"The measurement below puts a number beside it.")
+    if close(want * 1e3):
+        return failed("that looks like milliseconds: the checker wants seconds.")
+    wrong = {
+        2 * (n - 1) / n * total * beta: "that is the bytes' time alone: every bucket's ring "
+        "also pays 2(N − 1) latencies α, one per step.",
+        predict("ring", n, total, alpha, beta): "that is one all-reduce of all the gradients. "
+        "Here each layer is its own bucket, and each bucket's ring pays its own 2(N − 1)α.",
+        len(layer_bytes) * alpha + 2 * (n - 1) / n * total * beta: "a ring all-reduce takes "
+        "2(N − 1) steps, and every step pays α.",
+        len(layer_bytes) * 2 * (n - 1) * alpha + total * beta: "each rank sends 2(N − 1)/N of "
+        "each bucket, not the bucket once.",
+    }
+    for value, why in wrong.items():
+        if close(value):
+            return failed(why)
+    return failed(f"off by ×{answer / want:.3g}: add up 2(N − 1)·α + 2(N − 1)/N·S·β over the "
+                  f"layers (hint(\"12.2\")).")
+
+
+# --- 12.3 ------------------------------------------------------------------------------------
+@exercise(
+    "12.3", "why overlap hides the link but not gRPC", kind="choice",
+    hints=("What does a rank's CPU do while a message crosses the emulated link, and what does "
+           "it do while gRPC sends the same bytes?",
+           "Overlap hides time only if the hidden work does not need what backward needs. Here "
+           "four ranks share two cores."),
+    solution="""b: behind the emulated link a rank mostly waits — it sleeps for α + bytes·β, as a
+GPU waits while its NIC moves the bytes — and backward can use that idle time. Over gRPC the
+communication is CPU work (serialising, copying, Python) on the same two cores that backward
+needs, so moving it under backward makes backward slower by about as much as it hides.""",
+    key="""from allreduce_edu.exercises.lesson12 import check_overlap_answer, hint, solution
+
+my_choice = "b"   # the link's time is idle waiting; gRPC's is CPU work on the shared cores
+check_overlap_answer(my_choice)""")
+def check_overlap_answer(choice: str) -> Feedback:
+    """Exercise 12.3: why overlap hides a lot behind the emulated link, little on gRPC alone."""
+    answers = {
+        "a": "no: both runs all-reduce the same gradients, byte for byte. What differs is what "
+             "the CPU does while they travel.",
+        "b": "",
+        "c": "no: NumPy releases the GIL in its matrix products, and the same communication "
+             "thread does overlap behind the emulated link. Look at what the thread costs.",
+        "d": "no: without overlap gRPC left tens of ms exposed, measured above; there was time "
+             "to hide, it just was not idle time.",
+    }
+    success = ("overlap hides waiting, not work. A link's time is idle for the CPU (on a GPU, "
+               "the NIC and the copy engines move the bytes); gRPC's time is CPU work on the "
+               "cores backward needs. That is why NCCL runs on its own stream and SMs, and why "
+               "DDP on CPUs gains less.")
+    return multiple_choice(choice, answers, right="b", success=success)
