@@ -100,15 +100,21 @@ class Progress:
             request._execute()
 
     def close(self) -> None:
+        """Finish what is pending, then end the thread."""
+        self.drain()
         self._queue.put(None)
+        self.thread.join(5)
+
+
+_STARTING = threading.Lock()
 
 
 def progress_of(comm) -> Progress:
-    """The rank's communication thread, started on first use."""
-    progress = getattr(comm, "_progress", None)
-    if progress is None:
-        progress = comm._progress = Progress(comm)
-    return progress
+    """The rank's communication thread, started on first use (once, whichever thread asks)."""
+    with _STARTING:
+        if comm._progress is None:
+            comm._progress = Progress(comm)
+        return comm._progress
 
 
 def _issue(comm, name: str, run, *args) -> CollectiveRequest:

@@ -193,7 +193,10 @@ class Communicator:
         self._mailbox.abort(error)
 
     def close(self) -> None:
-        """Release the transport's resources."""
+        """Release the transport's resources (transports call this first)."""
+        if self._progress is not None:  # the communication thread of non-blocking collectives
+            self._progress.close()
+            self._progress = None
 
     # --- for transports -------------------------------------------------------------------
     def _post(self, dst: int, msg: Message, chunk) -> Request:

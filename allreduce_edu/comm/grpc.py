@@ -238,6 +238,7 @@ class GrpcCommunicator(Communicator):
     def close(self, drain: float = 5.0) -> None:
         """End every stream, wait up to `drain` seconds until peers have read what was sent,
         then stop serving."""
+        super().close()
         self.closing = True
         deadline = time.monotonic() + drain
         for link in self._links.values():

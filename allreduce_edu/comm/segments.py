@@ -13,6 +13,7 @@ The receiver reduces straight from the sender's segment: `recv` returns an array
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import mmap
 import os
 import threading
@@ -21,6 +22,7 @@ import numpy as np
 
 MIN_SEGMENT = 1 << 20  # segment sizes are powers of two from 1 MiB
 POOL_BYTES = 256 << 20  # at most this much shared memory per (sender, receiver) pair
+SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 NAME = "allreduce-edu"  # memfds show as /memfd:allreduce-edu ... in /proc/PID/fd (for leak tests)
 
 
@@ -36,10 +38,14 @@ class Segment:
         self.id, self.size = id, size
         owner = fd is None
         if owner:
-            fd = os.memfd_create(f"{NAME} segment {id}", os.MFD_CLOEXEC)
+            fd = os.memfd_create(f"{NAME} segment {id}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
             os.fchmod(fd, 0o600)
             os.ftruncate(fd, size)
+            # sealed: nobody can shrink it under the peer's mapping (a read would SIGBUS)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
         try:
+            if fcntl.fcntl(fd, fcntl.F_GET_SEALS) & SEALS != SEALS:
+                raise ValueError(f"segment {id} is not a sealed memfd")
             if os.fstat(fd).st_size != size:
                 raise ValueError(f"segment {id} is {os.fstat(fd).st_size} bytes, not {size}")
             flags = mmap.MAP_SHARED | (mmap.MAP_POPULATE if owner else 0)
@@ -71,6 +77,7 @@ class Pool:
         self._lock = threading.Lock()
         self._free: dict[int, list[Segment]] = {}
         self._all: dict[int, Segment] = {}
+        self._out: set[int] = set()  # acquired: being filled, or held by the peer
         self._next = 1
 
     def acquire(self, nbytes: int) -> Segment | None:
@@ -78,20 +85,24 @@ class Pool:
         size = size_class(nbytes)
         with self._lock:
             if self._free.get(size):
-                return self._free[size].pop()
-            if self.total + size > self.limit:
+                segment = self._free[size].pop()
+            elif self.total + size > self.limit:
                 return None
-            segment = Segment(self._next, size)
-            self._all[segment.id] = segment
-            self._next, self.total = self._next + 1, self.total + size
+            else:
+                segment = Segment(self._next, size)
+                self._all[segment.id] = segment
+                self._next, self.total = self._next + 1, self.total + size
+            self._out.add(segment.id)
             return segment
 
     def release(self, id: int) -> bool:
-        """The peer is done with segment `id`; False if it never had it (a broken peer)."""
+        """The peer is done with segment `id`; False if it does not hold it (a broken peer:
+        never sent, or released twice)."""
         with self._lock:
-            segment = self._all.get(id)
-            if segment is None:
+            if id not in self._out:
                 return False
+            self._out.discard(id)
+            segment = self._all[id]
             self._free.setdefault(segment.size, []).append(segment)
             return True
 
@@ -99,6 +110,7 @@ class Pool:
         """A segment the peer never received (its send failed): drop it."""
         with self._lock:
             self._all.pop(segment.id, None)
+            self._out.discard(segment.id)
             self.total -= segment.size
         segment.handed_over()
 
@@ -135,7 +147,7 @@ class Outbox:
         base = array.base
         while isinstance(base, np.ndarray):
             base = base.base
-        if (isinstance(base, Outbox) and array.nbytes == base.nbytes
+        if (isinstance(base, Outbox) and array.nbytes == base.nbytes and array.flags.c_contiguous
                 and array.__array_interface__["data"][0] == base.segment.address):
             return base
         return None

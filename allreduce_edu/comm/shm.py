@@ -103,24 +103,30 @@ class ShmCommunicator(GrpcCommunicator):
             except OSError:
                 return  # the listener closed
             peer = self._handshake(sock)
-            if peer is None:
-                sock.close()
-            else:
+            try:
+                if peer is None:
+                    raise OSError("refused")
                 sock.sendall(b"ok")
                 self._add(peer, sock)
+            except OSError:  # refused, or the dialler gave up meanwhile
+                sock.close()
 
     def _handshake(self, sock: socket.socket) -> int | None:
         """The dialling peer's rank, if it knows the token and runs as this user; else None."""
         try:
-            sock.settimeout(2.0)
             pid, uid, gid = struct.unpack("3i", sock.getsockopt(
                 socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+            if uid != os.getuid():  # another user: refused before it can make us wait
+                log.warning("rank %d refused a shared-memory link from pid %d (uid %d)",
+                            self.rank, pid, uid)
+                return None
+            sock.settimeout(2.0)
             token, _, rank = sock.recv(256).partition(b" ")
         except OSError:
             return None
-        ok = (hmac.compare_digest(token, self._token) and uid == os.getuid() and rank.isdigit()
-              and int(rank) != self.rank and int(rank) < self.world_size
-              and int(rank) not in self._shm)
+        # higher ranks dial this one (it dials the lower ones itself)
+        ok = (hmac.compare_digest(token, self._token) and rank.isdigit()
+              and self.rank < int(rank) < self.world_size and int(rank) not in self._shm)
         if not ok:
             log.warning("rank %d refused a shared-memory link from pid %d", self.rank, pid)
         return int(rank) if ok else None
@@ -151,13 +157,17 @@ class ShmCommunicator(GrpcCommunicator):
         shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(d) for d in shape)
         if link is None or dtype.itemsize * int(np.prod(shape)) <= INLINE_BYTES:
             return super().send_buffer(dst, shape, dtype)
-        return link.outbox(shape, dtype) if link.error is None else np.empty(shape, dtype)
+        outbox = link.outbox(shape, dtype) if link.error is None else None
+        return np.empty(shape, dtype) if outbox is None else outbox  # a full pool: a plain array
 
     def _pump(self, src: int):
         link = self._shm.get(src)
         return None if link is None else link.pump
 
     def close(self, drain: float = 5.0) -> None:
+        if self._progress is not None:  # non-blocking collectives end while the links still work
+            self._progress.close()
+            self._progress = None
         self.closing = True
         self._listener.close()
         for link in list(self._shm.values()):

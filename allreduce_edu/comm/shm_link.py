@@ -134,9 +134,14 @@ class ShmLink:
         if self._ended:
             time.sleep(min(seconds, TICK))
             return
-        poller = select.poll()
-        poller.register(self._rsock, select.POLLIN)
-        if poller.poll(seconds * 1000):
+        try:
+            poller = select.poll()
+            poller.register(self._rsock, select.POLLIN)
+            ready = poller.poll(seconds * 1000)
+        except (ValueError, OSError):  # closed under us: the link has ended
+            time.sleep(min(seconds, TICK))
+            return
+        if ready:
             self._read_one()
 
     @contextlib.contextmanager
@@ -248,6 +253,7 @@ class ShmLink:
             pass
 
     def close(self) -> None:
+        self._ended = True
         self._shutdown()
         if self._thread is not threading.current_thread():
             self._thread.join(2 * TICK)

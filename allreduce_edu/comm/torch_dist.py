@@ -76,5 +76,6 @@ class TorchCommunicator(EngineCommunicator):
         return tensor.numpy()
 
     def close(self) -> None:
+        super().close()
         if self._owns_group and self.dist.is_initialized():
             self.dist.destroy_process_group()

@@ -63,6 +63,8 @@ class ThreadRanks:
 
     def close(self) -> None:
         self.abort(CollectiveAborted("the cluster was closed"))
+        for comm in self.world.comms:  # ends their communication threads, if any
+            comm.close()
 
 
 class _OutputRouter(io.TextIOBase):

@@ -46,9 +46,11 @@ def execute(comm, run_id: int, payload: bytes, output: io.StringIO) -> Report:
     (after `comm.begin_run`)."""
     try:
         fn, args, kwargs = cloudpickle.loads(payload)
-        value = fn(comm, *args, **kwargs)
-        if comm._progress is not None:  # non-blocking collectives still running finish here
-            comm._progress.drain()
+        try:
+            value = fn(comm, *args, **kwargs)
+        finally:  # non-blocking collectives still running finish here, not in the next run
+            if comm._progress is not None:
+                comm._progress.drain()
         report = Report(comm.rank, run_id, value=value)
     except BaseException as e:  # noqa: BLE001 - everything goes to the caller, with its traceback
         report = Report(comm.rank, run_id, error=e, traceback=traceback.format_exc(), kind="error")

@@ -116,3 +116,20 @@ def test_wait_all_raises_the_first_error_after_every_request_finished():
     assert wait_all([Done(1), Done(2)]) == [1, 2]
     with pytest.raises(ValueError, match="first"):
         wait_all([Done(1), Done(None, ValueError("first")), Done(None, KeyError("second"))])
+
+
+def _issues_then_raises(comm):
+    ae.iallreduce(comm, np.ones(1000))
+    ae.iallreduce(comm, np.ones(1000))
+    raise ValueError("the learner's bug")
+
+
+def test_requests_of_a_failed_run_finish_before_the_next_run_and_threads_end_with_the_cluster():
+    with ae.Cluster(3, transport="local") as cluster:
+        with pytest.raises(ValueError, match="the learner's bug"):
+            cluster.run(_issues_then_raises)
+        results = cluster.run(lambda comm: ae.allreduce(comm, np.arange(4.0)).tolist())
+        assert results == [[0.0, 3.0, 6.0, 9.0]] * 3  # nothing stale from the failed run
+        threads = [comm._progress.thread for comm in cluster._world.world.comms]
+        assert all(t.is_alive() for t in threads)
+    assert not any(t.is_alive() for t in threads)  # closing the cluster ended them

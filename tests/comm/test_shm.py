@@ -184,3 +184,35 @@ def test_a_send_buffer_is_sent_where_it_lies_and_an_unsent_one_goes_back_to_the_
 def test_send_buffer_on_other_transports_is_an_empty_array():
     shapes = cluster_for("local", 2).run(lambda comm: comm.send_buffer(1 - comm.rank, (3, 2), "int32").shape)
     assert shapes == [(3, 2)] * 2
+
+
+def _big_chunks_past_the_pool(comm):
+    for link in comm._shm.values():
+        link.pool.limit = 2 << 20  # a tiny pool: the ring's send buffers cannot all be segments
+    try:
+        return ae.allreduce(comm, np.full(3 << 20, comm.rank, np.float32), algorithm="ring")[:3].tolist()
+    finally:
+        for link in comm._shm.values():
+            link.pool.limit = POOL_BYTES
+
+
+def test_a_full_pool_gives_plain_send_buffers_and_the_ring_stays_right():
+    assert cluster_for("shm", 3).run(_big_chunks_past_the_pool) == [[3.0, 3.0, 3.0]] * 3
+
+
+def test_a_segment_released_twice_is_refused():
+    pool = Pool()
+    segment = pool.acquire(10)
+    assert pool.release(segment.id) and not pool.release(segment.id)  # a second release: refused
+    segment.handed_over()
+
+
+def test_a_received_descriptor_must_be_a_sealed_memfd(tmp_path):
+    import fcntl
+    plain = os.memfd_create("unsealed", os.MFD_CLOEXEC)
+    os.ftruncate(plain, 1 << 20)
+    with pytest.raises(ValueError, match="not a sealed memfd"):
+        Segment(1, 1 << 20, plain)  # closes the descriptor it refused
+    segment = Segment(2, 1 << 20)
+    assert fcntl.fcntl(segment.fd, fcntl.F_GET_SEALS) & fcntl.F_SEAL_SHRINK
+    segment.handed_over()
