@@ -52,20 +52,26 @@ class MLP:
                 f"{sum(p.size for p in self.params)} float64 = {self.nbytes} bytes)")
 
 
-def loss_and_grads(params: list, X: np.ndarray, y: np.ndarray):
-    """Mean softmax cross-entropy of the MLP on (X, y), and its gradient for every parameter
-    (backprop)."""
-    hidden = [X]  # the input of each layer: (batch, in)
-    for W, b in zip(params[:-2:2], params[1:-2:2], strict=True):
-        hidden.append(np.tanh(hidden[-1] @ W + b))
-    logits = hidden[-1] @ params[-2] + params[-1]  # (batch, classes)
+def softmax_cross_entropy(logits: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    """Mean softmax cross-entropy of (batch, classes) logits against labels y, and its gradient
+    d loss / d logits (batch, classes). Changes `logits` (shifted by their row maximum)."""
     logits -= logits.max(axis=1, keepdims=True)
     logp = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
     batch = len(y)
     loss = -logp[np.arange(batch), y].mean()
     delta = np.exp(logp)
     delta[np.arange(batch), y] -= 1
-    delta /= batch  # d loss / d logits: (batch, classes)
+    delta /= batch
+    return loss, delta
+
+
+def loss_and_grads(params: list, X: np.ndarray, y: np.ndarray):
+    """Mean softmax cross-entropy of the MLP on (X, y), and its gradient for every parameter
+    (backprop)."""
+    hidden = [X]  # the input of each layer: (batch, in)
+    for W, b in zip(params[:-2:2], params[1:-2:2], strict=True):
+        hidden.append(np.tanh(hidden[-1] @ W + b))
+    loss, delta = softmax_cross_entropy(hidden[-1] @ params[-2] + params[-1], y)
     grads = [None] * len(params)
     for layer in reversed(range(len(params) // 2)):
         grads[2 * layer] = hidden[layer].T @ delta

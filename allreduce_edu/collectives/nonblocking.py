@@ -26,8 +26,9 @@ class CollectiveRequest:
     """A collective in flight: `wait()` for its result (or its error); `done()` without waiting.
     `t_issued`, `t_start`, `t_end` (time.perf_counter) are when it was issued, ran, finished."""
 
-    def __init__(self, comm, name: str, run, args):
-        self.comm, self.name, self._run, self._args = comm, name, run, args
+    def __init__(self, progress, name: str, run, args):
+        self.comm, self.name, self._run, self._args = progress.comm, name, run, args
+        self._progress = progress  # the thread that runs it (the comm's may be gone by wait)
         self.nbytes = int(getattr(args[0], "nbytes", 0)) if args else 0
         self.t_issued, self.t_start, self.t_end = time.perf_counter(), None, None
         self._done, self._result, self._error = threading.Event(), None, None
@@ -45,9 +46,8 @@ class CollectiveRequest:
         Without `timeout` it waits while the collective makes progress, which every message's
         deadline bounds; with one, CollectiveTimeout after that many seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        progress = self.comm._progress
         while not self._done.wait(0.1):
-            if not progress.thread.is_alive():
+            if not self._progress.thread.is_alive():
                 raise RuntimeError(f"rank {self.comm.rank}: the communication thread has stopped")
             if deadline is not None and time.monotonic() > deadline:
                 raise CollectiveTimeout(f"rank {self.comm.rank}: {self.name} not finished "
@@ -118,7 +118,8 @@ def progress_of(comm) -> Progress:
 
 
 def _issue(comm, name: str, run, *args) -> CollectiveRequest:
-    return progress_of(comm).submit(CollectiveRequest(comm, name, run, args))
+    progress = progress_of(comm)
+    return progress.submit(CollectiveRequest(progress, name, run, args))
 
 
 def iallreduce(comm, x, op: str = "sum", algorithm: str = "ring") -> CollectiveRequest:

@@ -13,6 +13,8 @@ import time
 
 import numpy as np
 
+from ..training import softmax_cross_entropy
+
 
 def layer_count(params: list) -> int:
     return len(params) // 2
@@ -30,8 +32,8 @@ def split_unit(flat: np.ndarray, W_shape: tuple) -> tuple[np.ndarray, np.ndarray
     return flat[:n].reshape(W_shape), flat[n:n + W_shape[1]]
 
 
-def loss_and_grads_by_layer(weights, X: np.ndarray, y: np.ndarray, grads_ready=None,
-                            layers: int | None = None, spans: list | None = None):
+def loss_and_grads_by_layer(weights, X: np.ndarray, y: np.ndarray, grads_ready=None, *,
+                            layers: int, spans: list | None = None):
     """Softmax cross-entropy of the MLP and its gradients, one layer at a time.
 
     `weights(layer)` returns that layer's (W, b) when the pass needs it (forward, then again in
@@ -41,7 +43,6 @@ def loss_and_grads_by_layer(weights, X: np.ndarray, y: np.ndarray, grads_ready=N
     Returns (loss, [gW0, gb0, gW1, gb1, ...])."""
     clock = time.perf_counter
     hidden = [X]  # the input of each layer
-    layers = layers if layers is not None else _count(weights)
     for layer in range(layers - 1):
         W, b = weights(layer)
         t0 = clock()
@@ -49,14 +50,7 @@ def loss_and_grads_by_layer(weights, X: np.ndarray, y: np.ndarray, grads_ready=N
         _span(spans, "forward", layer, t0)
     W, b = weights(layers - 1)
     t0 = clock()
-    logits = hidden[-1] @ W + b
-    logits -= logits.max(axis=1, keepdims=True)
-    logp = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
-    batch = len(y)
-    loss = -logp[np.arange(batch), y].mean()
-    delta = np.exp(logp)
-    delta[np.arange(batch), y] -= 1
-    delta /= batch
+    loss, delta = softmax_cross_entropy(hidden[-1] @ W + b, y)
     _span(spans, "forward", layers - 1, t0)
     grads = [None] * (2 * layers)
     for layer in reversed(range(layers)):
@@ -75,10 +69,3 @@ def loss_and_grads_by_layer(weights, X: np.ndarray, y: np.ndarray, grads_ready=N
 def _span(spans, kind: str, layer: int, t0: float) -> None:
     if spans is not None:
         spans.append((kind, layer, t0, time.perf_counter()))
-
-
-def _count(weights) -> int:
-    count = getattr(weights, "layers", None)
-    if count is None:
-        raise ValueError("pass layers=..., or give weights a .layers attribute")
-    return count

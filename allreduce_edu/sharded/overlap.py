@@ -68,7 +68,7 @@ def ddp_step(comm, params: list, X, y, weight: float, lr: float, bucket_bytes: i
 
     t0 = time.perf_counter()
     loss, _ = loss_and_grads_by_layer(lambda i: (params[2 * i], params[2 * i + 1]), X, y,
-                                      on_ready, layers, spans)
+                                      on_ready, layers=layers, spans=spans)
     if overlap:
         summed = {b: r.wait() for b, r in requests.items()}
         comm_spans = [(f"bucket {b}", r.t_start, r.t_end) for b, r in requests.items()]

@@ -43,7 +43,6 @@ class Rank:
         self.stored, master = DTYPES[precision]
         n, r = comm.world_size, comm.rank
         self.shapes = [W.shape for W in params[::2]]
-        self.lengths = [u.size for u in units(params)]
         self.ledger = Ledger()
         padded = [np.pad(u, (0, -len(u) % n)) for u in units(params)]
         self.shard = [len(u) // n for u in padded]
@@ -101,7 +100,7 @@ class Rank:
                 self.ledger.hold("grads", held[index])
                 self.ledger.free("grads", full)  # the full gradient is dropped at once
 
-        loss, grads = loss_and_grads_by_layer(self.layer, X, y, ready, len(self.shapes))
+        loss, grads = loss_and_grads_by_layer(self.layer, X, y, ready, layers=len(self.shapes))
         self._drop_gathered()
         if self.stage in ("dp", "zero1"):
             full = [self._gradient(i, grads[2 * i], grads[2 * i + 1], weight)

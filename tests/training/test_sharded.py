@@ -22,7 +22,7 @@ def test_the_layer_by_layer_pass_is_lesson_08s_backprop():
     loss, grads = loss_and_grads(PARAMS, X[:32], Y[:32])
     ready = []
     loss2, grads2 = loss_and_grads_by_layer(lambda i: (PARAMS[2 * i], PARAMS[2 * i + 1]), X[:32], Y[:32],
-                                            lambda layer, gW, gb: ready.append(layer), 3)
+                                            lambda layer, gW, gb: ready.append(layer), layers=3)
     assert loss2 == loss and all(np.array_equal(a, b) for a, b in zip(grads, grads2))
     assert ready == [2, 1, 0]  # last layer first, as backward produces them
 
