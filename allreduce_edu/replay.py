@@ -34,10 +34,12 @@ class State:
 
     @property
     def caption(self) -> str:
-        """'reduce-scatter, step 2 of 3' (steps counted from 1, as a learner says it)."""
+        """'reduce-scatter, step 1 (steps 0–2)': the step as the code and the trace count it (the
+        loop's `step`, the Event's `step`), with the phase's range so the end is plain."""
         if not self.phase:
-            return "initial: every rank holds only its own data"
-        return f"{self.phase.replace('_', '-')}, step {self.step + 1} of {self.phase_steps}"
+            return "start: every rank holds only its own data"
+        return (f"{self.phase.replace('_', '-')}, step {self.step} "
+                f"(steps 0–{self.phase_steps - 1})")
 
 
 def replay(trace, world_size: int | None = None, chunks: int | None = None, *, values=None,

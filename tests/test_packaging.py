@@ -26,6 +26,8 @@ def test_environment_yml_lists_the_pyproject_packages():
     pip_specs = project["dependencies"] + project["optional-dependencies"]["test"]
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     conda_specs = [d for d in env["dependencies"] if isinstance(d, str)]
+    pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    conda_specs += [d for d in pip_section if not d.startswith("-e")]  # wheels conda-forge lacks
     conda = {_name(s): _spec(s) for s in conda_specs if _name(s) not in ("python", "pip")}
     pip = {_name(s): _spec(s) for s in pip_specs}
     assert conda == pip, f"only in environment.yml: {set(conda) - set(pip)}; only in pyproject: {set(pip) - set(conda)}"

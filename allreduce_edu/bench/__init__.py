@@ -18,6 +18,7 @@ from .allreduce import (
     sweep,
     write_json,
 )
+from .command import command
 
-__all__ = ["run", "measure", "pingpong", "combine", "peer_rows", "add_predictions", "parse_size",
-           "sweep", "pattern", "expected", "format_p2p", "format_table", "write_json"]
+__all__ = ["command", "run", "measure", "pingpong", "combine", "peer_rows", "add_predictions",
+           "parse_size", "sweep", "pattern", "expected", "format_p2p", "format_table", "write_json"]

@@ -62,14 +62,14 @@ still arriving
          "then run this cell again.",
     hints=("Chunk 2 starts its trip on the rank that sends it first: in the first step (step 0 in "
            "the code) rank r sends chunk (r − 1) % N.",
-           "Follow chunk 2 one hop to the right per step, for 2 steps (the slider at 2); each hop "
-           "adds the receiving rank's part."),
+           "Follow chunk 2 one hop to the right per step, for 2 steps (steps 0 and 1: the slider "
+           "at 'reduce-scatter step 1'); each hop adds the receiving rank's part."),
     solution="""Rank 1. In reduce-scatter step s (counting from 0, as the code does), rank r sends \
 chunk (r - s - 1) % N
 to the right. Chunk 2 starts on rank 3 (step 0: (3 - 0 - 1) % 4 = 2) and moves one hop per \
 step, collecting
-one rank's data per hop: after step 1 of 3 it is on rank 0 (the data of ranks 3 and 0), after \
-step 2 of 3 on
+one rank's data per hop: after step 0 it is on rank 0 (the data of ranks 3 and 0), after \
+step 1 on
 rank 1 (ranks 3, 0 and 1). The last step takes it to rank 2, which adds its own part: after \
 reduce-scatter
 rank r owns finished chunk r.""",

@@ -1,84 +1,71 @@
-"""Animation widgets over a replayed trace: ring, tree/hypercube and star views share one base.
-Lesson 03.
+"""Step animations over a replayed trace, drawn and played in the browser. Lesson 03.
 
-The widget only draws what `allreduce_edu.replay.replay` computes from the recorded messages, so the
-picture is what happened on the wire. Frames are PNG bytes in an `ipywidgets.Image` (nbval-clean);
-callback errors are written into the widget's `Output`.
+Python replays the recorded messages once (`allreduce_edu.replay.replay`) and hands every step's
+state to a small ES module (steps.js) as data; Play, Pause, stepping, the slider, the speed and the
+symbols/numbers switch then run in the browser with the kernel idle, and the same module plays
+without any kernel in an exported page (`to_html`, the static site). The picture is what happened on
+the wire. matplotlib draws the same states for stills (`frame`) and GIFs (`to_gif`).
 """
 
 from __future__ import annotations
 
-import base64
-import math
-import traceback
-from pathlib import Path
-from tempfile import TemporaryDirectory
+import matplotlib.colors
+import numpy as np
+import traitlets
+from matplotlib.animation import FuncAnimation, PillowWriter
 
-import ipywidgets as widgets
-from matplotlib.animation import FuncAnimation, HTMLWriter, PillowWriter
-
-from ..collectives.registry import describe
 from ..replay import replay
-from .frame import Frame, fit_boxes, new_figure, png_bytes
+from ..trace import format_bytes
+from .browser import HERE, BrowserWidget
+from .frame import (
+    CELL_H,
+    FIGSIZE,
+    OTHER_COLOUR,
+    PHASE_COLOURS,
+    Frame,
+    chunk_name,
+    chunk_span,
+    count_colour,
+    fit_boxes,
+    new_figure,
+    png_bytes,
+)
+
+PX_PER_INCH = 125  # the browser picture is the matplotlib frame's layout at 900 x 600 px
+MODES = ("symbols", "numbers")
 
 
-class StepAnimation(widgets.VBox):
+class StepAnimation(BrowserWidget):
     """Step through a trace: Play/Pause, ◀ step / step ▶, a step slider, speed, and symbols or
-    numbers.
+    numbers — all in the browser.
 
+    `step`, `mode` and `speed` are synced traits: set them from Python and the picture follows.
     Subclasses choose where ranks sit (`unit_layout`) and which faint links join them (`edges`).
     """
 
+    _esm = HERE / "steps.js"
+    _standalone_traits = ("data", "step", "mode", "speed")
+    data = traitlets.Dict().tag(sync=True)  # every step's state, made once by _browser_data
+    step = traitlets.Int(0).tag(sync=True)  # 0 = before any message; len(states) - 1 = the end
+    mode = traitlets.Unicode("symbols").tag(sync=True)
+    speed = traitlets.Float(1.5).tag(sync=True)  # steps per second when playing
+    directed = False  # whether the topology's links have one direction (the ring's do)
+
     def __init__(self, trace, world_size: int | None = None, values=None, *, op: str = "sum",
-                 chunks=None, collective: str | None = None, width: str = "720px"):
+                 chunks=None, collective: str | None = None):
         self.trace = trace
+        self._made_with = (world_size, values, dict(op=op, chunks=chunks, collective=collective))
         self.states = replay(trace, world_size, chunks, values=values, op=op, collective=collective)
         self.world_size, self.chunks = len(self.states[0].held), len(self.states[0].held[0])
         names = [e.collective for e in trace.events if collective in (None, e.collective)]
         self.collective = names[0] if names else (collective or "")
+        self.has_values = values is not None
         self.positions, self.box_w = fit_boxes(self.unit_layout(self.world_size), self.chunks)
-        self._figure, self._ax = new_figure()
+        self._figure = self._ax = None  # matplotlib, made by the first frame() or export
         self._frames: dict[tuple[int, str], bytes] = {}  # PNG per (step, mode)
         self._pictures: dict = {}  # Axes -> its Frame
         self._numbers = False  # whether draw_frame shows values (set per render by _draw)
-        last = len(self.states) - 1
-
-        self.speed = widgets.FloatSlider(value=1.5, min=0.5, max=6.0, step=0.5,
-                                         description="steps/s",
-                                         layout=widgets.Layout(width="260px"))
-        self.play = widgets.Play(value=0, min=0, max=last, interval=int(1000 / self.speed.value),
-                                 description="play", layout=widgets.Layout(width="auto"))
-        self.slider = widgets.IntSlider(value=0, min=0, max=last, description="step",
-                                        layout=widgets.Layout(width="260px"))
-        # plays without the kernel
-        self._link = widgets.jslink((self.play, "value"), (self.slider, "value"))
-        self.back = widgets.Button(description="◀ step", tooltip="previous step",
-                                   layout=widgets.Layout(width="76px"))
-        self.forward = widgets.Button(description="step ▶", tooltip="next step",
-                                      layout=widgets.Layout(width="76px"))
-        self.back.add_class("allreduce-step-back")
-        self.forward.add_class("allreduce-step-forward")
-        self.mode = widgets.ToggleButtons(options=["symbols", "numbers"], value="symbols",
-                                          disabled=values is None,
-                                          tooltips=["which ranks each chunk contains",
-                                                    "the chunk's numbers (pass values= to enable)"],
-                                          style={"button_width": "84px"})
-        self.image = widgets.Image(format="png",
-                                   layout=widgets.Layout(width=width, max_width="100%"))
-        self.output = widgets.Output()  # tracebacks of failed callbacks land here
-
-        self.slider.observe(self._safely(lambda change: self.show()), names="value")
-        self.play.observe(self._safely(lambda change: setattr(self.slider, "value", change["new"])),
-                          names="value")
-        self.mode.observe(self._safely(lambda change: self.show()), names="value")
-        self.speed.observe(self._safely(lambda change: setattr(self.play, "interval",
-                                                               int(1000 / change["new"]))),
-                           names="value")
-        self.back.on_click(self._safely(lambda button: self.step_by(-1)))
-        self.forward.on_click(self._safely(lambda button: self.step_by(+1)))
-        super().__init__([widgets.HBox([self.play, self.back, self.forward, self.slider]),
-                          widgets.HBox([self.speed, self.mode]), self.image, self.output])
-        self.show()
+        super().__init__(data=self._browser_data())
 
     @classmethod
     def from_trace(cls, trace, world_size: int | None = None, values=None,
@@ -105,6 +92,85 @@ class StepAnimation(widgets.VBox):
         """Faint links between ranks drawn behind the boxes (the topology)."""
         return []
 
+    # --- stepping -------------------------------------------------------------------------
+    @traitlets.validate("step")
+    def _clamp(self, proposal) -> int:
+        return min(max(int(proposal["value"]), 0), len(self.states) - 1)
+
+    @traitlets.validate("mode")
+    def _known_mode(self, proposal) -> str:
+        mode = proposal["value"]
+        if mode not in MODES:
+            raise traitlets.TraitError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if mode == "numbers" and not self.has_values:
+            raise traitlets.TraitError("numbers need each rank's input: pass values= to the "
+                                       "animation")
+        return mode
+
+    @traitlets.validate("speed")
+    def _positive_speed(self, proposal) -> float:
+        if not 0.1 <= proposal["value"] <= 30:
+            raise traitlets.TraitError(f"speed is steps per second, 0.1 to 30; got "
+                                       f"{proposal['value']}")
+        return float(proposal["value"])
+
+    def at(self, step: int) -> StepAnimation:
+        """Another view of the same run, showing `step` (a still you can still play)."""
+        world_size, values, options = self._made_with
+        made = next(c for c in type(self).__mro__ if "_esm" not in vars(c))  # not anywidget's own
+        view = made(self.trace, world_size, values, **options)
+        view.step = step
+        return view
+
+    def step_by(self, delta: int) -> None:
+        """Move `delta` steps, staying within the trace (the browser picture follows)."""
+        self.step = self.step + delta
+
+    # --- the data the browser draws -------------------------------------------------------
+    def _browser_data(self) -> dict:
+        n, chunks = self.world_size, self.chunks
+        hexes = [matplotlib.colors.to_hex(count_colour(k, n)) for k in range(1, n + 1)]
+        note = ("yellow: every rank's data, finished · outlined: changed this step"
+                + (" · the ring turns along the arrows" if self.directed else ""))
+        return {"title": f"{self.collective or 'trace'}, {n} ranks", "world_size": n,
+                "chunks": chunks, "width": round(FIGSIZE[0] * PX_PER_INCH),
+                "height": round(FIGSIZE[1] * PX_PER_INCH),
+                "ranks": [{"x": round(x * PX_PER_INCH, 1),
+                           "y": round((FIGSIZE[1] - y) * PX_PER_INCH, 1)}
+                          for x, y in self.positions],
+                "box_w": round(self.box_w * PX_PER_INCH, 1), "cell_h": round(CELL_H * PX_PER_INCH),
+                "edges": [list(e) for e in self.edges()], "directed": self.directed,
+                "colours": hexes, "phase_colours": PHASE_COLOURS, "other_colour": OTHER_COLOUR,
+                "chunk_names": [chunk_name(c, chunks) for c in range(chunks)],
+                "has_values": self.has_values, "key_note": note,
+                "steps": [self._step_data(state) for state in self.states]}
+
+    def _step_data(self, state) -> dict:
+        moved = len(state.messages)
+        if state.index == 0:
+            readout = "start"
+            sub = ("press ▶ play, or step with step ▶"
+                   + ("; messages travel the ring along its arrows" if self.directed else ""))
+        else:
+            readout = f"{state.phase.replace('_', '-')} step {state.step}"
+            sub = (f"{moved} message{'s' * (moved != 1)}: tag '{state.phase}', step={state.step} "
+                   f"in the trace · sent so far: "
+                   + "  ".join(f"r{r} {format_bytes(b)}" for r, b in enumerate(state.sent)))
+        return {"caption": state.caption, "readout": readout, "subcaption": sub,
+                "held": [[sorted(ranks) for ranks in row] for row in state.held],
+                "values": (None if state.values is None else
+                           [[_numbers_text(v) for v in row] for row in state.values]),
+                "messages": [self._message_data(e) for e in state.messages]}
+
+    def _message_data(self, e) -> dict:
+        lo, hi = e.chunk if e.chunk is not None else (0, self.chunks)
+        span, size = chunk_span(e.chunk, self.chunks), format_bytes(e.nbytes)
+        return {"src": e.src, "dst": e.dst, "lo": lo, "hi": hi, "tag": e.tag, "step": e.step,
+                "nbytes": e.nbytes, "label": f"{span} · {size}",
+                "detail": f"rank {e.src} → rank {e.dst}\n{e.tag}, step {e.step}\n"
+                          f"chunk {span}\n{size}"}
+
+    # --- stills and GIFs, drawn by matplotlib ---------------------------------------------
     def draw_frame(self, ax, state) -> None:
         """Draw one State on `ax` (its artists are built on the first call, then only restyled)."""
         if ax not in self._pictures:
@@ -113,23 +179,12 @@ class StepAnimation(widgets.VBox):
                                                            f"{self.world_size} ranks")
         self._pictures[ax].show(state, numbers=self._numbers)
 
-    # --- stepping -------------------------------------------------------------------------
-    @property
-    def step(self) -> int:
-        return self.slider.value
-
-    def step_by(self, delta: int) -> None:
-        """Move `delta` steps, staying within the trace."""
-        self.slider.value = min(max(self.slider.value + delta, 0), self.slider.max)
-
-    def show(self) -> None:
-        """Put the current step's frame into the Image."""
-        self.image.value = self.frame(self.slider.value)
-
     def frame(self, index: int, mode: str | None = None) -> bytes:
         """The PNG of step `index` (rendered once, then cached)."""
-        key = (index, mode or self.mode.value)
+        key = (index, mode or self.mode)
         if key not in self._frames:
+            if self._figure is None:
+                self._figure, self._ax = new_figure()
             self._draw(self._ax, index, key[1])
             self._frames[key] = png_bytes(self._figure)
         return self._frames[key]
@@ -138,149 +193,20 @@ class StepAnimation(widgets.VBox):
         self._numbers = mode == "numbers"  # what draw_frame shows in the cells
         self.draw_frame(ax, self.states[index])
 
-    def _safely(self, callback):
-        """Wrap a widget callback so its exception shows in `self.output` instead of vanishing."""
-        def run(*args):
-            try:
-                callback(*args)
-            except Exception:  # noqa: BLE001 - shown to the learner, not swallowed
-                self.output.append_stderr(traceback.format_exc())
-        return run
-
-    # --- static exports -------------------------------------------------------------------
-    def _export(self, fps: float, mode: str, save) -> object:
-        """Run `save(animation)` over a FuncAnimation of every step on a figure of its own."""
+    def to_gif(self, path, fps: float = 1.5, mode: str = "symbols"):
+        """Write the animation as a GIF (Pillow, one frame per step) and return its path."""
         fig, ax = new_figure()
         try:
-            return save(FuncAnimation(fig, lambda i: self._draw(ax, i, mode),
-                                      frames=len(self.states), interval=1000 / fps, repeat=True))
+            FuncAnimation(fig, lambda i: self._draw(ax, i, mode), frames=len(self.states),
+                          interval=1000 / fps).save(str(path), writer=PillowWriter(fps=fps))
         finally:
             self._pictures.pop(ax, None)
-
-    def to_html(self, fps: float = 1.5, mode: str = "symbols") -> str:
-        """A self-contained HTML/JS animation (plays offline, on GitHub-rendered HTML exports and
-        in Jupyter Book)."""
-        with TemporaryDirectory() as scratch:
-            path = Path(scratch, "animation.html")
-            self._export(fps, mode,
-                         lambda animation: animation.save(str(path), writer=_SmallFramesHTMLWriter(
-                             fps=fps, embed_frames=True, default_mode="loop")))
-            return path.read_text()
-
-    def to_gif(self, path, fps: float = 1.5, mode: str = "symbols"):
-        """Write the animation as a GIF (Pillow) and return its path."""
-        self._export(fps, mode,
-                     lambda animation: animation.save(str(path), writer=PillowWriter(fps=fps)))
         return path
 
 
-class _SmallFramesHTMLWriter(HTMLWriter):
-    """matplotlib's HTML/JS player, with frames as 128-colour PNGs (a third of the size, the same
-    picture)."""
-
-    def grab_frame(self, **savefig_kwargs):
-        self._saved_frames.append(base64.encodebytes(png_bytes(self.fig)).decode("ascii"))
-
-
-class RingAnimation(StepAnimation):
-    """Ranks on a circle, rank 0 at the top, clockwise: ring, all-gather, reduce-scatter and custom
-    algorithms."""
-
-    def unit_layout(self, world_size):
-        if world_size == 1:
-            return [(0.0, 0.0)]
-        return [(math.sin(2 * math.pi * r / world_size), math.cos(2 * math.pi * r / world_size))
-                for r in range(world_size)]
-
-    def edges(self):
-        n = self.world_size
-        return [(r, (r + 1) % n) for r in range(n)] if n > 1 else []
-
-
-class NaiveAnimation(StepAnimation):
-    """A star: rank 0 in the middle, the others around it (naive and all-to-all)."""
-
-    def unit_layout(self, world_size):
-        around = world_size - 1
-        return [(0.0, 0.0)] + [(math.sin(2 * math.pi * k / around),
-                                math.cos(2 * math.pi * k / around)) for k in range(around)]
-
-    def edges(self):
-        return [(0, r) for r in range(1, self.world_size)]
-
-
-class TreeAnimation(StepAnimation):
-    """Ranks in rows by the number of 1-bits in their rank: a binomial tree (tree) or a hypercube
-    (recursive).
-
-    In a world that is not a power of two, the recursive algorithms' folded-away ranks sit in a
-    bottom row.
-    """
-
-    @property
-    def _hypercube(self) -> bool:
-        algorithm = describe(self.collective)
-        return algorithm is not None and algorithm.layout == "hypercube"
-
-    def _participants(self):
-        """(p, map from a rank among the p to its real rank, the ranks that sit out)."""
-        n = self.world_size
-        if not self._hypercube:
-            return n, list(range(n)), []
-        p = 1 << (n.bit_length() - 1)
-        extra = n - p
-        return (p, [2 * k + 1 if k < extra else k + extra for k in range(p)],
-                [2 * k for k in range(extra)])
-
-    def unit_layout(self, world_size):
-        p, real, sitting_out = self._participants()
-        rows: list[list[int]] = [[] for _ in range(p.bit_length())]
-        for v in range(p):
-            rows[bin(v).count("1")].append(v)
-        rows = [row for row in rows if row]
-        widest, levels = (max(len(row) for row in rows + [sitting_out]),
-                          len(rows) + bool(sitting_out))
-        u: dict[int, float] = {}
-        # each rank under its parent (v without its lowest 1-bit), so few links cross
-        for row in rows:
-            row.sort(key=lambda v: (u.get(v & (v - 1), 0.0), v))
-            u.update(_spread(row, widest))
-        unit = {real[v]: (u[v], _level(i, levels)) for i, row in enumerate(rows) for v in row}
-        if sitting_out:  # below, in the order of their partners
-            row = sorted(sitting_out, key=lambda r: unit[r + 1][0])
-            unit.update({r: (x, -1.0) for r, x in _spread(row, widest).items()})
-        return [unit[r] for r in range(world_size)]
-
-    def edges(self):
-        p, real, sitting_out = self._participants()
-        if not self._hypercube:
-            return [(v, v & (v - 1)) for v in range(1, p)]
-        links = [(real[v], real[v ^ (1 << s)])
-                 for v in range(p) for s in range(p.bit_length() - 1) if v < v ^ (1 << s)]
-        return links + [(r, r + 1) for r in sitting_out]
-
-
-def _level(i: int, levels: int) -> float:
-    return 1 - 2 * i / (levels - 1) if levels > 1 else 0.0
-
-
-def _spread(row: list[int], widest: int) -> dict[int, float]:
-    """Evenly spaced u positions for a row, centred, with the widest row spanning [-1, 1]."""
-    gap = 2 / (widest - 1) if widest > 1 else 0.0
-    return {v: (j - (len(row) - 1) / 2) * gap for j, v in enumerate(row)}
-
-
-def animate(source, values=None, **kwargs) -> StepAnimation:
-    """The right animation for a Cluster (its last run) or a Trace: the layout its algorithm's
-    description gives."""
-    trace, world_size = ((source.trace, source.world_size) if hasattr(source, "world_size")
-                         else (source, None))
-    names = {e.collective for e in trace.events}
-    name = kwargs.get("collective") or (names.pop() if len(names) == 1 else "")
-    algorithm = describe(name)
-    cls = LAYOUTS[algorithm.layout if algorithm else "ring"]
-    return cls(trace, world_size, values, **kwargs)
-
-
-LAYOUTS = {"ring": RingAnimation, "star": NaiveAnimation, "tree": TreeAnimation,
-           "hypercube": TreeAnimation}
+def _numbers_text(value) -> str:
+    """A chunk's numbers as the cell shows them: '3, 4.5, 6, …' (the browser shortens to fit)."""
+    flat = np.asarray(value).reshape(-1)
+    if not flat.size:
+        return "∅"
+    return ", ".join([f"{v:.4g}" for v in flat[:6]] + ["…"] * (flat.size > 6))

@@ -176,11 +176,15 @@ class Frame:
         static.write(title, FIGSIZE[0] - 0.12, FIGSIZE[1] - 0.12, 8, colour="#555555", ha="right",
                      va="top")
         static.write("ranks in a chunk:", 0.12, 0.16, 7, ha="left")
-        for i, count in enumerate(sorted({1, (world_size + 1) // 2, world_size})):
+        # every count its own swatch (8 fit), else the ends and the middle
+        counts = (range(1, world_size + 1) if world_size <= 8
+                  else sorted({1, (world_size + 1) // 2, world_size}))
+        for i, count in enumerate(counts):
             colour = count_colour(count, world_size)
-            ax.add_artist(Rectangle((1.12 + 0.3 * i, 0.07), 0.26, 0.18, facecolor=colour,
+            ax.add_artist(Rectangle((1.12 + 0.2 * i, 0.07), 0.18, 0.18, facecolor=colour,
                                     edgecolor="none"))
-            static.write(str(count), 1.25 + 0.3 * i, 0.16, 7, colour=_text_colour(colour))
+            static.write(str(count), 1.21 + 0.2 * i, 0.16, 7, colour=_text_colour(colour))
+        self.note_x = 1.12 + 0.2 * len(counts) + 0.15
         static.flush()
         self.texts, self.tags = Writer(ax), Writer(ax, zorder=6)  # redrawn every step
         self.arrows: list = []
@@ -210,7 +214,7 @@ class Frame:
         write("cells: the numbers each chunk holds now" if numbers else
               f"{name}0+{name}2: {'chunk a' if chunks > 1 else 'the data'} "
               "of ranks 0 and 2, combined",
-              2.1, 0.16, 7, colour="#333333", ha="left")
+              self.note_x, 0.16, 7, colour="#333333", ha="left")
         self.texts.flush()
         for artist in self.arrows:
             artist.remove()

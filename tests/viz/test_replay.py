@@ -65,9 +65,12 @@ def test_every_algorithm_ends_with_every_chunk_everywhere(algorithm, world_size)
 def test_steps_follow_the_algorithms_phases():
     trace, _, _ = run("ring", 4)
     assert [s.caption for s in replay(trace, 4)] == [
-        "initial: every rank holds only its own data",
-        "reduce-scatter, step 1 of 3", "reduce-scatter, step 2 of 3", "reduce-scatter, step 3 of 3",
-        "all-gather, step 1 of 3", "all-gather, step 2 of 3", "all-gather, step 3 of 3"]
+        "start: every rank holds only its own data",
+        "reduce-scatter, step 0 (steps 0–2)", "reduce-scatter, step 1 (steps 0–2)",
+        "reduce-scatter, step 2 (steps 0–2)",
+        "all-gather, step 0 (steps 0–2)", "all-gather, step 1 (steps 0–2)", "all-gather, step 2 (steps 0–2)"]
+    # one numbering: a state's step is its messages' step in the trace
+    assert all(e.step == s.step for s in replay(trace, 4) for e in s.messages)
     trace, _, _ = run("rabenseifner", 6)
     assert [(s.phase, s.step) for s in replay(trace, 6)][1:] == [
         ("fold", 0), ("reduce_scatter", 0), ("reduce_scatter", 1), ("all_gather", 0), ("all_gather", 1), ("unfold", 0)]

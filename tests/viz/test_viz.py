@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pytest
+import traitlets
 from conftest import cluster_for
 from PIL import Image
 
@@ -22,6 +23,7 @@ from allreduce_edu.viz import (
     plot_bandwidth,
     plot_cost_model,
     plot_timeline,
+    timeline,
 )
 from allreduce_edu.viz.frame import cell_label
 
@@ -42,59 +44,122 @@ def anim() -> RingAnimation:
     return RingAnimation.from_cluster(cluster, values=x)
 
 
-def test_construction_shows_the_initial_state(anim):
-    assert bytes(anim.image.value).startswith(PNG)
-    assert anim.step == 0 and anim.slider.max == len(anim.states) - 1 == 6
-    assert anim.image.layout.width == "720px"
+def test_construction_sends_every_step_to_the_browser_and_draws_nothing_in_python(anim):
+    data = anim.data
+    assert anim.step == 0 and len(data["steps"]) == len(anim.states) == 7
+    assert anim._figure is None  # matplotlib only draws when a still or a GIF is asked for
+    assert data["world_size"] == 4 and data["chunks"] == 4 and len(data["ranks"]) == 4
+    assert all(0 <= r["x"] <= data["width"] and 0 <= r["y"] <= data["height"] for r in data["ranks"])
     assert repr(anim) == "RingAnimation('allreduce/ring', world_size=4, steps=6)"  # text/plain for nbval: stable
+    held = [[[sorted(ranks) for ranks in row] for row in s.held] for s in anim.states]
+    assert [step["held"] for step in data["steps"]] == held
 
 
-def test_stepping_changes_the_frame_and_the_same_step_gives_the_same_bytes(anim):
-    first = anim.image.value
-    anim.forward.click()
-    assert anim.step == 1 and anim.image.value != first
-    second = anim.image.value
-    anim.back.click()
-    assert anim.step == 0 and anim.image.value == first
-    anim._frames.clear()  # rendered afresh, not from the cache: still the same bytes
-    anim.step_by(1)
-    assert anim.image.value == second
+def test_to_html_plays_without_a_kernel_or_a_network(anim):
+    bundle, _ = anim._repr_mimebundle_()
+    assert set(bundle) == {"text/plain", "application/vnd.jupyter.widget-view+json"}  # small notebooks
+    html = anim.to_html()
+    assert "<script>" in html and "export default" not in html and "return { render };" in html
+    assert "http://" not in html.replace("http://www.w3.org/2000/svg", "") and "https://" not in html
+    assert json.dumps(anim.data["steps"][3]["caption"])[1:-1] in html  # the states travel inline
+    assert ".are-picture" in html  # and the style
+    cluster, x = ring_run()
+    assert RingAnimation.from_cluster(cluster, values=x).to_html() == html  # same run, same text
+
+
+def test_at_gives_a_view_of_another_step(anim):
+    still = anim.at(3)
+    assert still.step == 3 and anim.step == 0 and still.data == anim.data
+    assert type(still).__name__ == "RingAnimation"
+
+
+def test_standalone_html_needs_the_modules_default_export():
+    from allreduce_edu.viz.browser import standalone_html
+    with pytest.raises(ValueError, match="export default"):
+        standalone_html("function render() {}", {})
+
+
+def test_stepping_is_bounded_and_validated(anim):
+    anim.step_by(2)
+    assert anim.step == 2
     anim.step_by(-5)
     assert anim.step == 0
     anim.step_by(100)
-    assert anim.step == anim.slider.max
+    assert anim.step == len(anim.states) - 1
+    with pytest.raises(traitlets.TraitError, match="steps per second"):
+        anim.speed = 0
+    with pytest.raises(traitlets.TraitError, match="symbols, numbers"):
+        anim.mode = "colours"
 
 
-def test_play_advances_the_picture(anim):
-    frames = []
-    for value in range(anim.play.max + 1):  # what the Play widget's timer does in the browser
-        anim.play.value = value
-        assert anim.slider.value == value
-        frames.append(anim.image.value)
-    assert len(set(frames)) == len(frames)
-    anim.speed.value = 4
-    assert anim.play.interval == 250
-
-
-def test_numbers_mode_shows_the_values(anim):
-    symbols = anim.image.value
-    anim.mode.value = "numbers"
-    assert anim.image.value != symbols
-    anim.mode.value = "symbols"
-    assert anim.image.value == symbols
+def test_numbers_mode_needs_values_and_shows_the_replayed_numbers(anim):
+    anim.mode = "numbers"
+    last = anim.data["steps"][-1]["values"]
+    assert last[2][1] == ", ".join(f"{v:.4g}" for v in anim.states[-1].values[2][1])
     cluster, _ = ring_run()
-    assert RingAnimation.from_cluster(cluster).mode.disabled  # no values given: no numbers to show
+    bare = RingAnimation.from_cluster(cluster)
+    assert not bare.data["has_values"] and bare.data["steps"][1]["values"] is None
+    with pytest.raises(traitlets.TraitError, match="values="):
+        bare.mode = "numbers"
 
 
-def test_callback_errors_surface_in_the_widget_output(anim, monkeypatch):
-    def broken(ax, state):
-        raise RuntimeError("draw hook exploded")
+@pytest.mark.parametrize("world_size", [3, 4, 8])
+def test_the_colour_key_has_every_count(world_size):
+    cluster, x = ring_run(world_size)
+    colours = animate(cluster).data["colours"]
+    assert len(colours) == len(set(colours)) == world_size  # 1, 2, ..., N ranks: each its own colour
 
-    monkeypatch.setattr(anim, "draw_frame", broken)
-    anim.forward.click()  # must not raise: the learner sees the traceback in the widget instead
-    text = "".join(o.get("text", "") for o in anim.output.outputs)
-    assert "Traceback" in text and "RuntimeError: draw hook exploded" in text
-    assert all(o["name"] == "stderr" for o in anim.output.outputs)
+
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "recursive_doubling", "rabenseifner", "naive"])
+def test_each_message_runs_from_the_chunk_sent_to_the_chunk_it_updates(algorithm):
+    cluster, x = ring_run(6, algorithm)
+    view = animate(cluster, values=x)
+    for before, state, step in zip(view.states, view.states[1:], view.data["steps"][1:]):
+        assert len(step["messages"]) == len(state.messages)
+        for m, e in zip(step["messages"], state.messages):
+            assert (m["src"], m["dst"], m["nbytes"]) == (e.src, e.dst, e.nbytes)
+            assert (m["lo"], m["hi"]) == (e.chunk or (0, view.chunks))
+            # the cells the arrow lands on hold the sender's data afterwards
+            assert all(before.held[e.src][c] <= state.held[e.dst][c] for c in range(m["lo"], m["hi"]))
+
+
+def test_one_numbering_in_caption_readout_and_trace(anim):
+    for state, step in zip(anim.states[1:], anim.data["steps"][1:]):
+        trace_steps = {e.step for e in state.messages}
+        assert trace_steps == {state.step}
+        name = state.phase.replace("_", "-")
+        assert step["readout"] == f"{name} step {state.step}"
+        assert step["caption"].startswith(f"{name}, step {state.step} ")
+        assert f"step={state.step} in the trace" in step["subcaption"]
+    readouts = [s["readout"] for s in anim.data["steps"]]
+    assert len(set(readouts)) == len(readouts)  # no two slider positions read the same
+    assert anim.data["steps"][0]["readout"] == "start"
+
+
+def test_only_the_ring_has_a_direction():
+    ring = animate(ring_run(4)[0])  # (ring_run reuses one cluster: animate each run before the next)
+    assert ring.data["directed"] and "arrows" in ring.data["steps"][0]["subcaption"]
+    assert not animate(ring_run(4, "tree")[0]).data["directed"]
+
+
+def test_timeline_hover_details_name_step_chunk_bytes_and_time():
+    cluster, _ = ring_run(4, "ring", "local")
+    view = timeline(cluster.trace)
+    bars = view.data["bars"]
+    assert len(bars) == len(cluster.trace.events) + 2 * len(cluster.trace.receives)
+    sends = [b for b in bars if b["kind"] == "send"]
+    e = cluster.trace.events[0]
+    assert f"rank {e.src} → rank {e.dst}" in sends[0]["detail"] and f"step {e.step}" in sends[0]["detail"]
+    assert "chunk " in sends[0]["detail"] and " B" in sends[0]["detail"] and " ms" in sends[0]["detail"]
+    assert all(0 <= b["t0"] <= b["t1"] <= view.data["span_ms"] for b in bars)
+    assert "are-tip" in view.to_html()
+
+
+def test_timeline_exports_a_static_image(tmp_path):
+    cluster, _ = ring_run(3)
+    view = timeline(cluster.trace)
+    assert view.to_png(tmp_path / "t.png").read_bytes().startswith(PNG)
+    assert len(view.figure().axes[0].get_yticks()) == 3
 
 
 @pytest.mark.parametrize("algorithm, expected", [
@@ -104,7 +169,8 @@ def test_animate_picks_the_view_by_collective(algorithm, expected):
     cluster, x = ring_run(5, algorithm)
     for source in (cluster, cluster.trace):
         view = animate(source, values=x) if source is cluster else animate(source)
-        assert type(view) is expected and view.world_size == 5
+        # (anywidget adds its traits through a subclass of the same name)
+        assert isinstance(view, expected) and type(view).__name__ == expected.__name__ and view.world_size == 5
 
 
 @pytest.mark.parametrize("algorithm", ["ring", "tree", "naive", "all_to_all", "recursive_doubling", "rabenseifner"])
@@ -131,19 +197,13 @@ def test_a_grpc_trace_animates_like_a_local_one():
 def test_cell_labels_stay_readable_when_crowded():
     label = lambda ranks, width, **kw: cell_label(frozenset(ranks), 0, 8, 8, width, **kw)[0]  # noqa: E731
     assert label({0, 2, 3}, 0.6) == "a0+a2+a3"  # the classic ring-diagram notation while it fits
-    assert label(range(4), 0.6) == "a0+a1+\na2+a3"  # then wrapped onto two lines
+    assert label(range(4), 0.6) == "a0+a1+\na2+a3"  # then wrapped onto two lines (the still frames)
     assert label(range(6), 0.3) == "a0–5"  # then as ranges
     assert label({0, 2, 4, 6}, 0.3) == "4/8"  # then counts
     assert label({0, 2, 4, 6}, 0.18) == "4"
     assert cell_label(frozenset({1}), 0, 1, 2, 1.5)[0] == "x1"  # a whole buffer is x
     assert label({1}, 0.6, value=np.array([3.0, 4.5, 6])) == "3, 4.5, 6"
     assert label({1}, 0.25, value=np.array([3.0, 4.5, 6])) == "3…"
-
-
-def test_to_html_is_a_self_contained_animation(anim):
-    html = anim.to_html()
-    assert "<script" in html and "Animation" in html and "data:image/png;base64" in html
-    assert html.count("data:image/png;base64") == len(anim.states)
 
 
 def test_to_gif_writes_one_frame_per_step(anim, tmp_path):
@@ -160,9 +220,9 @@ def test_frame_render_time(capsys):
         cluster, x = ring_run(8, algorithm)
         view = animate(cluster, values=x)
         samples = []
-        for _i in range(1, len(view.states)):  # step 0 was drawn at construction: these are all fresh renders
+        for i in range(len(view.states)):  # every one a fresh render
             start = time.perf_counter()
-            view.step_by(1)
+            view.frame(i)
             samples.append(time.perf_counter() - start)
         times[algorithm] = (statistics.median(samples), max(samples))
     with capsys.disabled():
