@@ -1,4 +1,4 @@
-"""`allreduce-edu lessons | demo | bench | launch`: the package from a terminal."""
+"""`allreduce-edu lessons | demo | bench | launch | site`: the package from a terminal."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__, bench, course
+from . import __version__, bench, course, site
 from .collectives import ALGORITHMS, allreduce
 from .runtime import Cluster, launch, limits
 from .runtime.cluster import TRANSPORTS
@@ -125,7 +125,7 @@ def build_parser() -> Parser:
     parser = Parser(prog="allreduce-edu", description=__doc__)
     parser.add_argument("--version", action="version", version=f"allreduce-edu {__version__}")
     sub = parser.add_subparsers(dest="command", required=True,
-                                metavar="{lessons,demo,bench,launch}")
+                                metavar="{lessons,demo,bench,launch,site}")
     parser.commands = sub.choices  # name -> its parser, for errors found after parsing
 
     p = sub.add_parser("lessons", help="copy the lessons into a folder of your own and open them "
@@ -159,6 +159,8 @@ def build_parser() -> Parser:
     p.add_argument("--op", choices=("allreduce", "layernorm"), default="allreduce",
                    help="allreduce: the algorithms table; "
                         "layernorm: reduce_layernorm_broadcast's variants")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="--op layernorm --device cuda: the GPU's norm kernels (lesson 14)")
     p.add_argument("--rows", type=_typed(_ints, "rows"), default=[256, 1024, 4096],
                    help="--op layernorm: comma-separated row counts")
     p.add_argument("--hidden", type=_typed(_ints, "hidden"), default=[1024, 4096],
@@ -192,6 +194,8 @@ def build_parser() -> Parser:
                                       "--nnodes, --node-rank, --rendezvous)")
     launch.add_arguments(p)
     p.add_argument("--max-ranks", **LIMIT)
+    site.add_arguments(sub.add_parser("site", help="the lessons as web pages whose animations play "
+                                                   "without a kernel, from disk"))
     return parser
 
 
@@ -200,6 +204,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "lessons":
         return lessons(args, parser.commands["lessons"])
+    if args.command == "site":
+        try:
+            return site.command(args)
+        except ValueError as e:  # no such lesson
+            parser.commands["site"].error(str(e))
     try:  # every bad value: one line, exit 2, before anything starts
         run = plan(args)
     except ValueError as e:
@@ -229,10 +238,15 @@ def plan(args):
         if min(args.hidden) < 1 or min(args.rows) < 0:
             raise ValueError(f"--rows takes counts >= 0 and --hidden sizes >= 1, "
                              f"got {args.rows}, {args.hidden}")
+        if args.device == "cuda":  # one GPU's kernels, no ranks; refused on the simulator
+            from .bench import gpu
+            return gpu.plan(args.rows, args.hidden, args.dtype)
         check_world_size(args.world_size, args.transport != "local", what="-n")
         from .bench import fused
         return lambda: fused.report(args.world_size, args.transport, args.rows, args.hidden,
                                     args.dtype, args.iters, args.warmup)
+    if args.device == "cuda":
+        raise ValueError("--device cuda times the norm kernels: add --op layernorm")
     algorithms = [a.strip() for a in args.algorithm.split(",") if a.strip()]
     unknown = [a for a in algorithms if a not in ALGORITHMS]
     if unknown or not algorithms:
@@ -252,38 +266,7 @@ def plan(args):
                              "it cannot cross the emulated --topology")
         args.world_size = nodes * per_node
     check_world_size(args.world_size, args.transport != "local", what="-n")
-    return lambda: bench_command(args, algorithms, sizes, links)
-
-
-def bench_command(args, algorithms, sizes, links) -> int:
-    """`allreduce-edu bench`, its arguments checked: the table, then the peers' rows."""
-    with Cluster(args.world_size, transport=args.transport, links=links) as cluster:
-        print(f"# allreduce-edu bench: {args.world_size} ranks over {args.transport}, "
-              f"dtype {args.dtype}, iters {args.iters}, warmup {args.warmup}"
-              + (f"; emulated links: {links}" if links else ""), flush=True)
-        p2p, rows = bench.run(cluster, algorithms, sizes, args.dtype, args.iters, args.warmup)
-    for peer in args.peer:  # the engine's own all-reduce, on as many processes, in this same run
-        try:
-            rows += bench.peer_rows(peer, args.world_size, sizes, args.dtype, args.iters,
-                                    args.warmup)
-        except Exception as e:  # noqa: BLE001 - a missing or failing engine costs its rows, not the run
-            print(f"# {peer}: not measured: {type(e).__name__}: {str(e).splitlines()[0]}",
-                  flush=True)
-    if links:
-        bench.add_predictions(rows, links)
-    print(bench.format_p2p(p2p))
-    print(bench.format_table(rows))
-    ring = [r for r in rows if r["algorithm"] == "ring"]
-    if ring and p2p.get("bandwidth_gbps") and not links:
-        top = max(ring, key=lambda r: r["bytes"])
-        print(f"# ring at {format_bytes(top['bytes'])}: busbw {top['busbw_gbps']:.3f} GB/s = "
-              f"{top['busbw_gbps'] / p2p['bandwidth_gbps']:.2f}x the point-to-point bandwidth "
-              f"above ({args.transport}'s own ceiling, measured in this run)")
-    if args.json:
-        bench.write_json(args.json, rows)
-    wrong = sum(r["wrong"] for r in rows)
-    print(f"# out of bounds values: {wrong} {'OK' if not wrong else 'FAILED'}")
-    return 1 if wrong else 0
+    return lambda: bench.command(args, algorithms, sizes, links)
 
 
 if __name__ == "__main__":

@@ -163,6 +163,17 @@ def _check_args(eps, norm):
         raise ValueError(f"eps must be a number >= 0, got {eps!r}")
 
 
+def _check_same(names, inputs) -> None:
+    """Every input has the first one's shape and dtype (the error names both)."""
+    shape, dtype = inputs[0].shape, inputs[0].dtype
+    for n, a in zip(names[1:], inputs[1:], strict=True):
+        if a.shape != shape:
+            raise ValueError(f"shape mismatch: {names[0]} has shape {shape} "
+                             f"but {n} has shape {a.shape}")
+        if a.dtype != dtype:
+            raise TypeError(f"dtype mismatch: {names[0]} is {dtype} but {n} is {a.dtype}")
+
+
 def _out_rows(out, shape, dtype):
     """Allocate out, or check the caller's out matches shape and dtype; return it as
     (rows, hidden)."""
@@ -181,12 +192,7 @@ def _sum_norm(inputs, names, gamma, beta, eps, out, norm):
     _check_args(eps, norm)
     rows = [_float_rows(n, a) for n, a in zip(names, inputs, strict=True)]
     shape, dtype = inputs[0].shape, inputs[0].dtype
-    for n, a in zip(names[1:], inputs[1:], strict=True):
-        if a.shape != shape:
-            raise ValueError(f"shape mismatch: {names[0]} has shape {shape} "
-                             f"but {n} has shape {a.shape}")
-        if a.dtype != dtype:
-            raise TypeError(f"dtype mismatch: {names[0]} is {dtype} but {n} is {a.dtype}")
+    _check_same(names, inputs)
     hidden = shape[-1]
     gamma = _affine("gamma", gamma, 1, hidden, dtype)
     beta = _affine("beta", beta, 0, hidden, dtype)

@@ -1,0 +1,258 @@
+"""Lesson 14 · the fused kernel on a GPU: `check_tree_sum` runs your block tree reduction on one
+block, one thread at a time between barriers, records every thread's partial sum after each
+`syncthreads()`, and names the first thread and step that hold the wrong one; then it runs your
+function inside a real kernel (on the simulator, or the GPU).
+
+Why in lockstep and not only on the simulator: the simulator runs threads as Python threads, so a
+missing `syncthreads()` gives a wrong sum only when the threads happen to interleave badly. Here
+the threads of a step run in ascending order, each until its next barrier: a thread always runs
+before the higher thread whose partial it reads, so every missing barrier is a stale read, every
+time.
+"""
+
+from __future__ import annotations
+
+import threading
+import types
+
+import numpy as np
+
+from .feedback import Feedback, failed, not_attempted, passed
+from .registry import exercise, hint, is_stub, solution  # noqa: F401 - notebook
+
+try:
+    from .. import gpu
+    from ..gpu import cuda
+    GPU_MISSING = ""
+except ImportError as e:  # the lesson still runs; its kernel cells say what to install
+    gpu, cuda, GPU_MISSING = None, None, str(e)
+
+TIMEOUT = 10.0  # seconds a block may take in lockstep before the checker gives up on it
+
+
+class _Abort(Exception):
+    """Raised in the learner's threads to stop them (a barrier only some threads reached)."""
+
+
+class _Block:
+    """One block of `threads` run in lockstep: thread t runs until its next syncthreads() (or its
+    end), then thread t + 1; when all wait at the barrier, shared memory is snapshotted."""
+
+    def __init__(self, threads: int, shared: np.ndarray):
+        self.threads, self.shared = threads, shared
+        self.turn, self.state = 0, ["run"] * threads
+        self.snapshots = [shared.copy()]  # shared memory before the tree, then after each barrier
+        self.barriers, self.problem = [0] * threads, ""
+        self._cond, self._me = threading.Condition(), threading.local()
+        self.api = types.SimpleNamespace(  # what `cuda.` means inside your function, here
+            syncthreads=self.syncthreads,
+            threadIdx=_Index(self._me), blockDim=types.SimpleNamespace(x=threads))
+
+    def run(self, fn) -> None:
+        workers = [threading.Thread(target=self._thread, args=(t, fn), daemon=True)
+                   for t in range(self.threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(TIMEOUT)
+        if any(w.is_alive() for w in workers):
+            self.problem = self.problem or (f"the block had not finished after {TIMEOUT:.0f} s: "
+                                            f"does your loop end (the stride must reach 0)?")
+        if self.shared.tolist() != self.snapshots[-1].tolist():
+            self.snapshots.append(self.shared.copy())  # after the last step
+
+    def syncthreads(self) -> None:
+        t = self._me.t
+        with self._cond:
+            self.barriers[t] += 1
+            self._pass(t, "barrier")
+            self._cond.wait_for(lambda: self.turn in (t, -1))
+            if self.turn == -1:
+                raise _Abort
+
+    def _thread(self, t: int, fn) -> None:
+        self._me.t = t
+        with self._cond:
+            self._cond.wait_for(lambda: self.turn in (t, -1))
+        try:
+            if self.turn != -1:
+                fn(self.shared)
+        except _Abort:
+            return
+        except Exception as e:  # noqa: BLE001 - the learner's code: report it, don't crash
+            self.problem = self.problem or (f"thread {t} raised {type(e).__name__}: {e} "
+                                            f"(after {self.barriers[t]} syncthreads)")
+        with self._cond:
+            self._pass(t, "done")
+
+    def _pass(self, t: int, state: str) -> None:
+        """Thread t stops (at a barrier, or done): the next thread runs, or the round ends."""
+        self.state[t] = state
+        if t + 1 < self.threads:
+            self.turn = t + 1
+        elif all(s == "barrier" for s in self.state):  # everyone waits: the step is over
+            self.snapshots.append(self.shared.copy())
+            self.state, self.turn = ["run"] * self.threads, 0
+        else:  # all done, or a barrier that only some threads reached
+            waiting = [i for i, s in enumerate(self.state) if s == "barrier"]
+            if waiting:
+                done = [i for i, s in enumerate(self.state) if s == "done"]
+                self.problem = self.problem or (
+                    f"{_threads(waiting)} wait(s) at a syncthreads() that {_threads(done)} "
+                    f"never reach(es) (returned first): every thread of the block "
+                    f"must call it, so keep it outside the `if` (on a GPU this hangs)")
+            self.turn = -1
+        self._cond.notify_all()
+
+
+class _Index:
+    """threadIdx, read by each lockstep thread as its own."""
+
+    def __init__(self, me):
+        self._me = me
+
+    @property
+    def x(self) -> int:
+        return self._me.t
+
+
+def _threads(ts) -> str:
+    """'thread 3', 'threads 0, 1', 'threads 4..31'."""
+    if len(ts) == 1:
+        return f"thread {ts[0]}"
+    return "threads " + (", ".join(map(str, ts)) if len(ts) <= 4 else f"{ts[0]}..{ts[-1]}")
+
+
+def run_in_lockstep(tree_sum, threads: int = 8) -> _Block:
+    """Your tree_sum on one block whose thread t starts with shared[t] = 2**t (a partial sum then
+    says which threads it contains), run as `_Block` describes."""
+    fn = getattr(tree_sum, "py_func", tree_sum)  # the Python function under @cuda.jit
+    block = _Block(threads, 2.0 ** np.arange(threads))
+    names = {name for name, value in fn.__globals__.items()
+             if value is cuda or getattr(value, "__name__", "") == "numba.cuda"}
+    fake = types.FunctionType(fn.__code__, {**fn.__globals__, **dict.fromkeys(names | {"cuda"},
+                                                                              block.api)},
+                              fn.__name__, fn.__defaults__, fn.__closure__)
+    block.run(fake)
+    return block
+
+
+def _who(value: float, threads: int) -> str:
+    """The threads whose 2**t make up `value`: {0, 4} for 17.0."""
+    bits = int(value) if float(value).is_integer() and 0 <= value < 2 ** threads else None
+    if bits is None:
+        return f"{value!r} (not a sum of distinct partials)"
+    return "{" + ", ".join(str(t) for t in range(threads) if bits >> t & 1) + "}"
+
+
+def _problem(tree_sum, threads: int) -> str:
+    """What is wrong with tree_sum on a block of `threads` ("" if nothing)."""
+    block = run_in_lockstep(tree_sum, threads)
+    if block.problem:
+        return f"with {threads} threads: {block.problem}."
+    got = [s for i, s in enumerate(block.snapshots)
+           if i == 0 or s.tolist() != block.snapshots[i - 1].tolist()]  # extra barriers: no step
+    want = gpu.block.partials(2.0 ** np.arange(threads))
+    if len(got) == len(want) and all((g == w).all() for g, w in zip(got, want, strict=True)):
+        return ""
+    interleaved = gpu.block.partials(2.0 ** np.arange(threads), "interleaved")
+    if len(got) == len(interleaved) and all((g == w).all()
+                                            for g, w in zip(got, interleaved, strict=True)):
+        return ("that is the interleaved tree (stride 1, 2, 4, ...: lesson 04's order). Its sum "
+                "is right, but the kernels' tree starts at stride blockDim.x // 2, so that the "
+                "active threads stay side by side and whole warps finish early.")
+    barriers, steps = max(block.barriers), len(want) - 1
+    # (step, what the block held, what the tree holds): the block's last state beside the tree's
+    pairs = [(k, got[k], want[k]) for k in range(1, min(len(got) - 1, steps))]
+    for k, g, w in pairs + [(steps, got[-1], want[-1])]:
+        wrong = np.flatnonzero(g != w)
+        if len(wrong):
+            t = int(wrong[0])
+            when = f"after step {k} of {steps}" if k < steps else "when the block has finished"
+            message = (f"with {threads} threads, {when} thread {t} holds the partials of threads "
+                       f"{_who(g[t], threads)}, but the tree gives it {_who(w[t], threads)}")
+            if barriers < steps - 1:
+                calls = f"call syncthreads() {barriers} times" if barriers else \
+                    "never call syncthreads()"
+                message += (f". Your threads {calls}; each of the {steps} steps reads what the "
+                            f"step before wrote, so a thread must wait for the others after "
+                            f"every step (here thread {t} ran ahead and read a partial its "
+                            f"partner had not added yet)")
+            return message + "."
+    return f"with {threads} threads the steps do not follow the tree (hint(\"14.1\"))."
+
+
+TREE_SOLUTION = """def tree_sum(shared):
+    t = cuda.threadIdx.x
+    s = cuda.blockDim.x // 2
+    while s > 0:
+        if t < s:
+            shared[t] += shared[t + s]   # thread t adds the partial of thread t + s
+        cuda.syncthreads()               # every thread, every step: outside the if
+        s //= 2
+
+
+tree_sum = cuda.jit(device=True)(tree_sum)   # a device function: kernels can call it"""
+
+
+@exercise(
+    "14.1", "write the block's tree reduction", kind="code", function="tree_sum",
+    solution=TREE_SOLUTION, needs={"cuda": cuda},
+    hints=("Each step halves the stride s, starting at s = cuda.blockDim.x // 2: thread t < s "
+           "adds shared[t + s] into shared[t]. After the step with s = 1, shared[0] holds the sum.",
+           "A step reads what the previous step wrote, by other threads: call cuda.syncthreads() "
+           "after every step, and let every thread of the block call it (not inside `if t < s`).",
+           "t, s = cuda.threadIdx.x, cuda.blockDim.x // 2; while s > 0: if t < s: "
+           "shared[t] += shared[t + s]; then cuda.syncthreads(); s //= 2."),
+    key="""from allreduce_edu.exercises.lesson14 import check_tree_sum, cuda, hint, solution
+
+
+""" + TREE_SOLUTION + """
+
+
+check_tree_sum(tree_sum)""")
+def check_tree_sum(tree_sum) -> Feedback:
+    """Exercise 14.1: tree_sum leaves the sum of shared[0:blockDim.x] in shared[0], step by step
+    as the tree does, on blocks of 2, 8 and 32 threads; then inside a kernel on this target."""
+    if GPU_MISSING:
+        return failed(f'this exercise runs on numba-cuda: pip install -e ".[gpu]" ({GPU_MISSING})')
+    if is_stub(getattr(tree_sum, "py_func", tree_sum)):
+        return not_attempted("write the body of tree_sum in place of `...`, then run this cell "
+                             "again. Stuck? hint(\"14.1\") gives a first hint.")
+    if not hasattr(tree_sum, "py_func"):
+        return failed("decorate tree_sum with @cuda.jit(device=True): a kernel can call only "
+                      "device functions.")
+    for threads in (8, 2, 32):
+        problem = _problem(tree_sum, threads)
+        if problem:
+            return failed(problem)
+    values = np.random.default_rng(14).standard_normal(32)
+    got = block_total(tree_sum, values)
+    if not np.isclose(got, values.sum(), rtol=1e-12):
+        return failed(f"in a real kernel of 32 threads shared[0] ends as {got!r}, not the sum "
+                      f"{values.sum()!r}.")
+    where = "the CUDA simulator" if gpu.simulated() else "this GPU"
+    return passed(f"every thread holds the right partial after every step (2, 8 and 32 threads), "
+                  f"and on {where} a block of 32 threads sums its values to {got:.6f}: "
+                  f"log2(32) = 5 steps instead of 31 additions in a row.")
+
+
+def block_total(tree_sum, values) -> float:
+    """Run tree_sum in a kernel of one block, thread t starting from values[t]; return shared[0]."""
+    kernel = _kernel_with(tree_sum)
+    out = np.zeros(1)
+    kernel[1, len(values)](np.asarray(values, dtype=np.float64), out)
+    return float(out[0])
+
+
+def _kernel_with(tree_sum):
+    @cuda.jit
+    def kernel(values, out):
+        shared = cuda.shared.array(1024, np.float64)
+        t = cuda.threadIdx.x
+        shared[t] = values[t]
+        cuda.syncthreads()  # every partial written before the tree reads it
+        tree_sum(shared)
+        if t == 0:
+            out[0] = shared[0]
+    return kernel

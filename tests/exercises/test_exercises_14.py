@@ -1,0 +1,139 @@
+"""Lesson 14's checker: the right tree passes; a missing syncthreads, a stride that skips threads,
+a barrier inside the `if`, the interleaved order, an index out of range and a loop that ends
+early each fail, naming the thread and the step."""
+
+from __future__ import annotations
+
+import pytest
+
+from allreduce_edu.exercises import reference
+
+lesson14 = pytest.importorskip("allreduce_edu.exercises.lesson14")
+if lesson14.GPU_MISSING:
+    pytest.skip(f"numba-cuda is not installed: {lesson14.GPU_MISSING}", allow_module_level=True)
+
+from allreduce_edu.exercises.lesson14 import (  # noqa: E402 - after the skip
+    block_total,
+    check_tree_sum,
+    cuda,
+    run_in_lockstep,
+)
+
+
+@cuda.jit(device=True)
+def no_syncthreads(shared):
+    t, s = cuda.threadIdx.x, cuda.blockDim.x // 2
+    while s > 0:
+        if t < s:
+            shared[t] += shared[t + s]
+        s //= 2
+
+
+@cuda.jit(device=True)
+def skips_the_upper_half(shared):
+    t, s = cuda.threadIdx.x, cuda.blockDim.x // 4  # starts at a quarter: threads n/2.. never read
+    while s > 0:
+        if t < s:
+            shared[t] += shared[t + s]
+        cuda.syncthreads()
+        s //= 2
+
+
+@cuda.jit(device=True)
+def stops_before_stride_one(shared):
+    t, s = cuda.threadIdx.x, cuda.blockDim.x // 2
+    while s > 1:
+        if t < s:
+            shared[t] += shared[t + s]
+        cuda.syncthreads()
+        s //= 2
+
+
+@cuda.jit(device=True)
+def syncthreads_inside_the_if(shared):
+    t, s = cuda.threadIdx.x, cuda.blockDim.x // 2
+    while s > 0:
+        if t < s:
+            shared[t] += shared[t + s]
+            cuda.syncthreads()
+        s //= 2
+
+
+@cuda.jit(device=True)
+def interleaved(shared):
+    t, s = cuda.threadIdx.x, 1
+    while s < cuda.blockDim.x:
+        if t % (2 * s) == 0:
+            shared[t] += shared[t + s]
+        cuda.syncthreads()
+        s *= 2
+
+
+@cuda.jit(device=True)
+def every_thread_adds(shared):
+    t, s = cuda.threadIdx.x, cuda.blockDim.x // 2
+    while s > 0:
+        shared[t] += shared[t + s]  # no `if t < s`: the upper threads read past the block
+        cuda.syncthreads()
+        s //= 2
+
+
+@cuda.jit(device=True)
+def syncthreads_before_each_step(shared):
+    t, s = cuda.threadIdx.x, cuda.blockDim.x // 2
+    while s > 0:
+        cuda.syncthreads()  # also right: the harness's barrier covers the first step
+        if t < s:
+            shared[t] += shared[t + s]
+        s //= 2
+
+
+@cuda.jit(device=True)
+def tree_sum(shared):
+    """The scaffold as the lesson ships it."""
+    ...  # your code here, in place of `...`
+
+
+def test_the_solution_passes():
+    feedback = check_tree_sum.demo(reference("14.1"))
+    assert feedback.passed, feedback
+    assert check_tree_sum.demo(syncthreads_before_each_step).passed
+
+
+def test_the_scaffold_is_not_attempted():
+    assert check_tree_sum.demo(tree_sum).status == "not attempted"
+
+
+@pytest.mark.parametrize("wrong, says", [
+    (no_syncthreads, ["thread 0 holds the partials of threads {0, 1, 2, 4}",
+                      "never call syncthreads()", "ran ahead"]),
+    (skips_the_upper_half, ["after step 1 of 3 thread 0", "threads {0, 2}", "gives it {0, 4}"]),
+    (stops_before_stride_one, ["when the block has finished thread 0", "{0, 2, 4, 6}"]),
+    (syncthreads_inside_the_if, ["threads 0, 1, 2, 3 wait", "threads 4, 5, 6, 7",
+                                 "outside the `if`"]),
+    (interleaved, ["interleaved tree", "blockDim.x // 2"]),
+    (every_thread_adds, ["thread 4 raised IndexError"]),
+])
+def test_typical_mistakes_name_the_thread_and_step(wrong, says):
+    feedback = check_tree_sum.demo(wrong)
+    assert feedback.status == "failed", feedback
+    for text in says:
+        assert text in feedback.message, feedback.message
+
+
+def test_a_plain_function_is_asked_to_be_a_device_function():
+    feedback = check_tree_sum.demo(no_syncthreads.py_func)
+    assert not feedback.passed and "@cuda.jit(device=True)" in feedback.message
+
+
+def test_lockstep_records_every_barrier_and_is_deterministic():
+    for _ in range(3):  # the same order every time: a missing barrier fails every run
+        block = run_in_lockstep(no_syncthreads, 8)
+        assert block.barriers == [0] * 8 and block.snapshots[-1][0] == 1 + 2 + 4 + 16
+    block = run_in_lockstep(reference("14.1"), 8)
+    assert block.barriers == [3] * 8 and len(block.snapshots) == 4
+    assert block.snapshots[-1][0] == 255
+
+
+def test_the_solution_sums_in_a_kernel():
+    assert block_total(reference("14.1"), [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]) == 36.0
