@@ -1,0 +1,88 @@
+"""A DDP communication hook: each gradient bucket all-reduced by the package's algorithms, over the
+rank's own transport. Introduced in lessons/13_pytorch.
+
+PyTorch DDP (Li et al., "PyTorch Distributed", 2020) groups gradients into buckets and, as each
+bucket fills during backward, hands it to a communication hook
+(`DistributedDataParallel.register_comm_hook`) that returns a `torch.futures.Future` of the
+reduced bucket. DDP's default hook calls gloo's (or NCCL's) all_reduce; this one issues the
+package's non-blocking all-reduce on the rank's communication thread (collectives/nonblocking.py)
+and completes the future from there, so the bucket travels over gRPC or shared memory while
+backward goes on. DDP keeps its gloo process group for its own set-up (broadcasting the initial
+parameters); every gradient byte goes through our code and is in `comm.trace`.
+
+    state = register(ddp_model, comm, algorithm="ring")   # any name in ALGORITHMS, or
+                                                          # your fn(comm, x) -> sum over ranks
+"""
+
+# no `from __future__ import annotations`: DDP checks the hook's return annotation itself
+import numpy as np
+import torch
+
+from ..collectives import ALGORITHMS, CollectiveRequest, allreduce
+from ..collectives.nonblocking import progress_of
+
+
+class HookState:
+    """What the hook needs on one rank: the communicator, the all-reduce to use, and a log of the
+    buckets it reduced."""
+
+    def __init__(self, comm, algorithm="ring"):
+        self.comm = comm
+        self.reduce, self.name = _reducer(comm, algorithm)
+        self.buckets: list[tuple[int, int]] = []  # (bucket index, bytes), in the order reduced
+        self.requests: list[CollectiveRequest] = []  # the last backward's (for their times)
+
+    def __repr__(self) -> str:
+        return (f"HookState(rank {self.comm.rank}, {self.name}, "
+                f"{len(self.buckets)} buckets reduced)")
+
+
+def _reducer(comm, algorithm):
+    """(fn(comm, x) -> the sum over ranks, its name) for an algorithm name or a function."""
+    if callable(algorithm):
+        return algorithm, getattr(algorithm, "__name__", "custom")
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"rank {comm.rank}: unknown algorithm {algorithm!r} for the DDP hook; "
+                         f"valid algorithms: {', '.join(ALGORITHMS)}")
+    return (lambda c, x: allreduce(c, x, "sum", algorithm)), algorithm
+
+
+def allreduce_hook(state: HookState, bucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP's hook: start the sum all-reduce of `bucket`'s flat gradients on the communication
+    thread; the future it returns is completed there with the average (sum / world_size), as
+    DDP's default hook averages."""
+    future = torch.futures.Future()
+    # (bucket elements,) flat, copied now: the all-reduce runs later, on another thread
+    grads = bucket.buffer().detach().numpy().copy()
+    index, n = bucket.index(), state.comm.world_size
+
+    def reduce_and_complete(comm, flat: np.ndarray) -> np.ndarray:
+        # runs on the rank's communication thread, in the order the buckets were issued
+        try:
+            total = np.asarray(state.reduce(comm, flat))
+            if total.shape != flat.shape:
+                raise ValueError(f"rank {comm.rank}: {state.name} returned shape {total.shape} "
+                                 f"for a bucket of shape {flat.shape}; return the sum, same shape")
+        except Exception as e:  # noqa: BLE001 - DDP's wait() on the future raises it
+            future.set_exception(RuntimeError(
+                f"rank {comm.rank}: the DDP hook's {state.name} all-reduce of bucket {index} "
+                f"failed: {type(e).__name__}: {e}"))
+            raise
+        future.set_result(torch.from_numpy(total.astype(flat.dtype, copy=False)).div_(n))
+        return total
+
+    if index == 0:  # buckets go in index order, 0 first: a new backward begins
+        state.requests = []
+    state.buckets.append((index, grads.nbytes))
+    progress = progress_of(state.comm)
+    state.requests.append(progress.submit(
+        CollectiveRequest(progress, f"allreduce/{state.name}", reduce_and_complete, (grads,))))
+    return future
+
+
+def register(model, comm, algorithm="ring") -> HookState:
+    """Make DDP `model` all-reduce its gradient buckets with `algorithm` over `comm`
+    (call before the first backward)."""
+    state = HookState(comm, algorithm)
+    model.register_comm_hook(state, allreduce_hook)
+    return state

@@ -1,0 +1,110 @@
+"""Lesson 13's checker: the right gradient sync passes; forgetting it, syncing half of it, or
+averaging fails, naming the parameter and the step where the ranks (or one process) disagree."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from conftest import cluster_for
+
+from allreduce_edu import allreduce, course
+from allreduce_edu.exercises import reference
+from allreduce_edu.exercises.lesson13 import check_norm_grad_sync, drift, no_sync
+from allreduce_edu.pytorch import have_torch
+
+needs_torch = pytest.mark.skipif(not have_torch(), reason="torch is not installed")
+
+
+def check(fn, world_size=3):
+    """The checker on the session's cluster of this size (the lesson's starts its own)."""
+    return check_norm_grad_sync(fn, cluster=cluster_for("grpc", world_size))
+
+
+def both_at_once(comm, grad_weight, grad_bias):
+    import numpy as np
+
+    both = allreduce(comm, np.concatenate([grad_weight, grad_bias]))
+    return both[:len(grad_weight)], both[len(grad_weight):]
+
+
+def weight_only(comm, grad_weight, grad_bias):
+    return allreduce(comm, grad_weight), grad_bias
+
+
+def averaged(comm, grad_weight, grad_bias):
+    n = comm.world_size
+    return allreduce(comm, grad_weight) / n, allreduce(comm, grad_bias) / n
+
+
+def wrong_shape(comm, grad_weight, grad_bias):
+    return allreduce(comm, grad_weight)[:3], allreduce(comm, grad_bias)
+
+
+def my_sync_norm_grads(comm, grad_weight, grad_bias):
+    """The scaffold as the lesson ships it."""
+    ...  # your code here, in place of `...`
+
+
+@needs_torch
+def test_right_answers_pass():
+    assert check_norm_grad_sync(reference("13.1"))  # on ranks of its own, as in the lesson
+    assert check(both_at_once, world_size=2)
+
+
+@needs_torch
+def test_the_missing_all_reduce_is_named_with_its_step():
+    feedback = check(no_sync)
+    assert not feedback and feedback.status == "failed"
+    assert "layernorm.weight differs between rank 0 and rank 1 from step 1" in feedback.message
+    half = check(weight_only)
+    assert not half and "layernorm.bias differs between rank 0 and rank 1 from step 1" \
+        in half.message
+
+
+@needs_torch
+def test_averaging_agrees_across_ranks_but_not_with_one_process():
+    feedback = check(averaged)
+    assert not feedback and "the same on every rank but differs from one-process" \
+        in feedback.message
+    assert "0.33× the right one" in feedback.message and "did you average" in feedback.message
+
+
+@needs_torch
+def test_errors_are_reported():
+    broken = check(wrong_shape, world_size=2)
+    assert not broken and "my_sync_norm_grads raised" in broken.message
+
+
+def test_the_scaffold_is_not_attempted_with_or_without_torch(monkeypatch):
+    assert check_norm_grad_sync(my_sync_norm_grads).status == "not attempted"
+    monkeypatch.setattr("allreduce_edu.exercises.lesson13.have_torch", lambda: False)
+    feedback = check_norm_grad_sync.demo(reference("13.1"))
+    assert feedback.status == "check failed" and 'pip install -e ".[torch]"' in feedback.message
+
+
+def test_the_lesson_runs_clean_without_torch(tmp_path, monkeypatch):
+    """Every torch cell says what it needs and skips; nothing raises (torch hidden from the
+    kernel and its ranks by a sitecustomize that blocks the import)."""
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['torch'] = None\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    lesson = course.source_folder() / "13_pytorch.ipynb"
+    ran = course.execute(course.read(lesson), lesson.parent, timeout=120)
+    assert course.errors(ran) == []
+    printed = ["".join(o.get("text", "")) for c in ran["cells"] for o in c.get("outputs", [])]
+    skipped = [p for p in printed if 'skipped: this cell needs PyTorch: pip install -e ".[torch]"'
+               in p]
+    torch_cells = [c for c in ran["cells"] if "torch_ready()" in course.source(c)]
+    assert len(skipped) == len(torch_cells) > 8
+    feedback = course.feedback(course.exercise_cells(ran)["13.1"])
+    assert "not attempted yet" in feedback
+
+
+@needs_torch
+def test_drift_grows_without_the_all_reduce_and_is_zero_with_it():
+    cluster = cluster_for("grpc", 3)
+    apart = drift(cluster, no_sync, steps=4)
+    assert all(w > 0 and b > 0 for w, b in apart)
+    assert apart[-1][0] > apart[0][0]  # further apart with every step
+    assert drift(cluster, reference("13.1"), steps=3) == [(0.0, 0.0)] * 3
