@@ -80,3 +80,20 @@ def test_hand_written_modules_stay_under_300_lines(name):
         return
     lines = len(path.read_text().splitlines())
     assert lines <= 300, f"{path.relative_to(PACKAGE.parent)} has {lines} lines: split it by idea"
+
+
+def test_the_gpu_kernels_sit_beside_the_cpu_kernels():
+    for name in MODULES:
+        if name.startswith("allreduce_edu.gpu"):
+            outside = {m for m in imports(name) if not m.startswith("allreduce_edu.gpu")}
+            assert outside <= {"allreduce_edu.kernels", "allreduce_edu.reference", "allreduce_edu.trace",
+                                "allreduce_edu.ops"}, f"{name} imports {outside}"
+
+
+def test_torch_is_imported_only_where_it_is_used():
+    """The exercise registry loads every lesson's module and `allreduce_edu.pytorch` is imported to ask
+    whether torch is there: neither may need torch at import time."""
+    for name in ("allreduce_edu.pytorch", "allreduce_edu.exercises.lesson13"):
+        top = [n for n in ast.parse(MODULES[name].read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        names = {a.name for n in top for a in n.names} | {n.module or "" for n in top if isinstance(n, ast.ImportFrom)}
+        assert not any(m == "torch" or m.startswith("torch.") for m in names), f"{name} imports torch at module level"
