@@ -33,14 +33,14 @@ def compare_ddp(cluster, algorithm="ring", steps: int = 30) -> dict:
     hook (`algorithm`: a name or your fn(comm, x)), DDP with gloo's all_reduce. Each one's loss
     per step (DDP's: the mean of the ranks' shard losses = the batch's), median seconds per step,
     and our run's buckets, bytes per rank and trace."""
-    from ..pytorch.ddp import free_port, train_ddp
+    from ..pytorch.ddp import rendezvous, train_ddp
     from ..pytorch.models import make_bars, make_cnn, train
 
     X, y = make_bars()
     one = train(make_cnn(), X, y, steps)
-    ours = cluster.run(train_ddp, free_port(), algorithm, steps)
+    ours = cluster.run(train_ddp, rendezvous(), algorithm, steps)
     trace = cluster.trace  # our run's messages (the gloo run's are gloo's own, not traced)
-    gloo = cluster.run(train_ddp, free_port(), None, steps)
+    gloo = cluster.run(train_ddp, rendezvous(), None, steps)
     runs = {"one process": [one], "our hook": ours, "gloo's all_reduce": gloo}
     return {"losses": {k: np.mean([r["losses"] for r in v], axis=0) for k, v in runs.items()},
             "seconds": {k: float(np.median([np.median(r["seconds"]) for r in v]))

@@ -12,7 +12,9 @@ time.
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 import types
 
 import numpy as np
@@ -49,15 +51,22 @@ class _Block:
             threadIdx=_Index(self._me), blockDim=types.SimpleNamespace(x=threads))
 
     def run(self, fn) -> None:
+        self._code = fn.__code__
         workers = [threading.Thread(target=self._thread, args=(t, fn), daemon=True)
                    for t in range(self.threads)]
         for w in workers:
             w.start()
+        deadline = time.monotonic() + TIMEOUT  # one deadline for the whole block
         for w in workers:
-            w.join(TIMEOUT)
+            w.join(max(deadline - time.monotonic(), 0))
         if any(w.is_alive() for w in workers):
             self.problem = self.problem or (f"the block had not finished after {TIMEOUT:.0f} s: "
                                             f"does your loop end (the stride must reach 0)?")
+            with self._cond:  # stop every thread: at its next barrier, or its next line
+                self.turn = -1
+                self._cond.notify_all()
+            for w in workers:
+                w.join(1.0)
         if self.shared.tolist() != self.snapshots[-1].tolist():
             self.snapshots.append(self.shared.copy())  # after the last step
 
@@ -70,8 +79,18 @@ class _Block:
             if self.turn == -1:
                 raise _Abort
 
+    def _stop_when_aborted(self, frame, event, arg):
+        """A trace function on the learner's thread: once the block is stopped, the next line
+        raises, so even a loop that never reaches a barrier ends (nothing keeps running)."""
+        if frame.f_code is not self._code:
+            return None  # only your function's lines: the checker's and threading's run on
+        if self.turn == -1 and event == "line":
+            raise _Abort
+        return self._stop_when_aborted
+
     def _thread(self, t: int, fn) -> None:
         self._me.t = t
+        sys.settrace(self._stop_when_aborted)
         with self._cond:
             self._cond.wait_for(lambda: self.turn in (t, -1))
         try:
@@ -88,11 +107,18 @@ class _Block:
     def _pass(self, t: int, state: str) -> None:
         """Thread t stops (at a barrier, or done): the next thread runs, or the round ends."""
         self.state[t] = state
-        if t + 1 < self.threads:
+        if self.turn == -1:  # the block was stopped: it stays stopped
+            pass
+        elif t + 1 < self.threads:
             self.turn = t + 1
         elif all(s == "barrier" for s in self.state):  # everyone waits: the step is over
             self.snapshots.append(self.shared.copy())
             self.state, self.turn = ["run"] * self.threads, 0
+            if len(self.snapshots) > 2 * self.threads.bit_length() + 4:  # far more than log2(T)
+                self.problem = self.problem or (
+                    f"the block passed {len(self.snapshots) - 1} barriers and was still going: "
+                    f"does your loop end (the stride must reach 0)?")
+                self.turn = -1
         else:  # all done, or a barrier that only some threads reached
             waiting = [i for i, s in enumerate(self.state) if s == "barrier"]
             if waiting:
@@ -227,7 +253,11 @@ def check_tree_sum(tree_sum) -> Feedback:
         if problem:
             return failed(problem)
     values = np.random.default_rng(14).standard_normal(32)
-    got = block_total(tree_sum, values)
+    try:
+        got = block_total(tree_sum, values)
+    except Exception as e:  # noqa: BLE001 - e.g. numba cannot compile it for the device
+        return failed(f"your tree_sum passed in lockstep, but in a real kernel it raised "
+                      f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
     if not np.isclose(got, values.sum(), rtol=1e-12):
         return failed(f"in a real kernel of 32 threads shared[0] ends as {got!r}, not the sum "
                       f"{values.sum()!r}.")

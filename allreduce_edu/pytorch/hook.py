@@ -15,6 +15,8 @@ parameters); every gradient byte goes through our code and is in `comm.trace`.
 """
 
 # no `from __future__ import annotations`: DDP checks the hook's return annotation itself
+import threading
+
 import numpy as np
 import torch
 
@@ -31,6 +33,8 @@ class HookState:
         self.reduce, self.name = _reducer(comm, algorithm)
         self.buckets: list[tuple[int, int]] = []  # (bucket index, bytes), in the order reduced
         self.requests: list[CollectiveRequest] = []  # the last backward's (for their times)
+        # how long a bucket may take, queue included, before DDP is told it failed
+        self.deadline = 4 * getattr(comm, "timeout", 30.0)
 
     def __repr__(self) -> str:
         return (f"HookState(rank {self.comm.rank}, {self.name}, "
@@ -50,11 +54,18 @@ def _reducer(comm, algorithm):
 def allreduce_hook(state: HookState, bucket) -> torch.futures.Future[torch.Tensor]:
     """DDP's hook: start the sum all-reduce of `bucket`'s flat gradients on the communication
     thread; the future it returns is completed there with the average (sum / world_size), as
-    DDP's default hook averages."""
+    DDP's default hook averages. DDP waits on it with no deadline of its own, so it gets one here:
+    a bucket not reduced within `state.deadline` seconds fails, naming the rank and the bucket."""
     future = torch.futures.Future()
     # (bucket elements,) flat, copied now: the all-reduce runs later, on another thread
     grads = bucket.buffer().detach().numpy().copy()
     index, n = bucket.index(), state.comm.world_size
+    once = threading.Lock()  # the first of result, error and deadline settles the future
+
+    def settle(result=None, error=None) -> None:
+        if once.acquire(blocking=False):
+            timer.cancel()
+            future.set_exception(error) if error is not None else future.set_result(result)
 
     def reduce_and_complete(comm, flat: np.ndarray) -> np.ndarray:
         # runs on the rank's communication thread, in the order the buckets were issued
@@ -63,20 +74,28 @@ def allreduce_hook(state: HookState, bucket) -> torch.futures.Future[torch.Tenso
             if total.shape != flat.shape:
                 raise ValueError(f"rank {comm.rank}: {state.name} returned shape {total.shape} "
                                  f"for a bucket of shape {flat.shape}; return the sum, same shape")
-        except Exception as e:  # noqa: BLE001 - DDP's wait() on the future raises it
-            future.set_exception(RuntimeError(
-                f"rank {comm.rank}: the DDP hook's {state.name} all-reduce of bucket {index} "
-                f"failed: {type(e).__name__}: {e}"))
+        except BaseException as e:  # DDP's wait() on the future raises it
+            settle(error=RuntimeError(f"rank {comm.rank}: the DDP hook's {state.name} all-reduce "
+                                      f"of bucket {index} failed: {type(e).__name__}: {e}"))
             raise
-        future.set_result(torch.from_numpy(total.astype(flat.dtype, copy=False)).div_(n))
+        settle(torch.from_numpy(total.astype(flat.dtype, copy=False)).div_(n))
         return total
 
+    timer = threading.Timer(state.deadline, lambda: settle(error=RuntimeError(
+        f"rank {state.comm.rank}: bucket {index} was not all-reduced by {state.name} within "
+        f"{state.deadline:.0f} s")))
+    timer.daemon = True
+    timer.start()
     if index == 0:  # buckets go in index order, 0 first: a new backward begins
         state.requests = []
     state.buckets.append((index, grads.nbytes))
-    progress = progress_of(state.comm)
-    state.requests.append(progress.submit(
-        CollectiveRequest(progress, f"allreduce/{state.name}", reduce_and_complete, (grads,))))
+    try:
+        progress = progress_of(state.comm)
+        state.requests.append(progress.submit(CollectiveRequest(
+            progress, f"allreduce/{state.name}", reduce_and_complete, (grads,))))
+    except Exception as e:  # noqa: BLE001 - a closed communicator: DDP hears it at once
+        settle(error=RuntimeError(f"rank {state.comm.rank}: bucket {index} could not be issued: "
+                                  f"{type(e).__name__}: {e}"))
     return future
 
 

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -111,6 +112,7 @@ def become_rank(rank: int, world_size: int, parent: int | None, role: str, *,
     if parent:
         threading.Thread(target=_watch_parent, args=(parent,), name="parent-watch",
                          daemon=True).start()
+        _guard(parent)
 
 
 def _watch_parent(parent: int) -> None:
@@ -118,6 +120,21 @@ def _watch_parent(parent: int) -> None:
     while os.getppid() == parent:
         time.sleep(0.5)
     os._exit(1)
+
+
+def _guard(parent: int) -> None:
+    """The same watch from outside this interpreter: a rank stuck in C++ with the GIL held (seen
+    once: torch's gloo group joining its threads in a destructor) can no longer run
+    _watch_parent, so a shell loop kills it once the parent is gone; the loop ends with the rank."""
+    me = os.getpid()
+    loop = (f"while kill -0 {parent} && kill -0 {me}; do sleep 1; done 2>/dev/null; "
+            f"kill -9 {me} 2>/dev/null")
+    try:
+        subprocess.Popen(["/bin/sh", "-c", loop], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)  # a Ctrl-C in the terminal is not for it
+    except OSError:  # no /bin/sh (Windows): the Python watch above remains
+        pass
 
 
 def main(start) -> None:

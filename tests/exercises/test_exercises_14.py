@@ -137,3 +137,36 @@ def test_lockstep_records_every_barrier_and_is_deterministic():
 
 def test_the_solution_sums_in_a_kernel():
     assert block_total(reference("14.1"), [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]) == 36.0
+
+
+@cuda.jit(device=True)
+def never_halves(shared):
+    t, s = cuda.threadIdx.x, cuda.blockDim.x // 2
+    while s > 0:
+        if t < s:
+            shared[t] += shared[t + s]
+        cuda.syncthreads()
+
+
+@cuda.jit(device=True)
+def spins_without_a_barrier(shared):
+    t, s = cuda.threadIdx.x, cuda.blockDim.x // 2
+    while s > 0:
+        if t < s:
+            shared[t] += 0.0
+
+
+@pytest.mark.parametrize("endless, says", [(never_halves, "barriers and was still going"),
+                                           (spins_without_a_barrier, "had not finished after 1 s")])
+def test_a_loop_that_never_ends_is_stopped_and_leaves_no_thread(endless, says, monkeypatch):
+    import threading
+    import time
+
+    monkeypatch.setattr(lesson14, "TIMEOUT", 1.0)
+    before = threading.active_count()
+    feedback = check_tree_sum.demo(endless)
+    assert feedback.status == "failed" and says in feedback.message and "stride must reach 0" in feedback.message
+    deadline = time.monotonic() + 5
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert threading.active_count() == before  # every lockstep thread ended: nothing runs on

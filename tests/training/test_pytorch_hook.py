@@ -14,7 +14,7 @@ from conftest import cluster_for  # noqa: E402
 
 from allreduce_edu.collectives import ALGORITHMS  # noqa: E402
 from allreduce_edu.exercises import reference  # noqa: E402
-from allreduce_edu.pytorch.ddp import free_port, train_ddp  # noqa: E402
+from allreduce_edu.pytorch.ddp import rendezvous, train_ddp  # noqa: E402
 from allreduce_edu.pytorch.models import (  # noqa: E402
     accuracy,
     flat_parameters,
@@ -41,9 +41,9 @@ def batch_loss(per_rank) -> np.ndarray:
 def test_hook_trains_like_gloo_and_like_one_process():
     cluster = cluster_for("grpc", 4)
     losses, params, acc = one_process(STEPS)
-    ours = cluster.run(train_ddp, free_port(), "ring", STEPS)
+    ours = cluster.run(train_ddp, rendezvous(), "ring", STEPS)
     hook_trace = cluster.trace
-    gloo = cluster.run(train_ddp, free_port(), None, STEPS)
+    gloo = cluster.run(train_ddp, rendezvous(), None, STEPS)
     assert acc > 0.9 and losses[-1] < 0.5 * losses[0]  # it really learns
     for run in (ours, gloo):
         np.testing.assert_allclose(batch_loss(run), losses, rtol=TOLERANCE)
@@ -63,7 +63,7 @@ def test_any_registered_algorithm_is_the_hook_s_all_reduce():
     cluster = cluster_for("grpc", 4)
     losses, params, _ = one_process(3)
     for name in ALGORITHMS:
-        run = cluster.run(train_ddp, free_port(), name, 3)
+        run = cluster.run(train_ddp, rendezvous(), name, 3)
         np.testing.assert_allclose(batch_loss(run), losses, rtol=TOLERANCE, err_msg=name)
         np.testing.assert_allclose(run[3]["params"], params, rtol=TOLERANCE, atol=1e-12,
                                    err_msg=name)
@@ -71,7 +71,7 @@ def test_any_registered_algorithm_is_the_hook_s_all_reduce():
 
 
 def test_a_learner_s_ring_over_shared_memory():
-    run = cluster_for("shm", 3).run(train_ddp, free_port(), reference("03.1"), 4, batch=63)
+    run = cluster_for("shm", 3).run(train_ddp, rendezvous(), reference("03.1"), 4, batch=63)
     np.testing.assert_allclose(batch_loss(run), one_process_batch(63, 4), rtol=TOLERANCE)
     assert {e.via for e in cluster_for("shm", 3).trace} == {"shm"}
 
@@ -88,8 +88,8 @@ def test_a_failing_all_reduce_fails_backward_on_every_rank():
     cluster = cluster_for("grpc", 2)
     # DDP's C++ side reads the failed future as "Unable to cast <the error> to Tensor"
     with pytest.raises(RuntimeError, match="all-reduce of bucket 0 failed: ValueError: no ring"):
-        cluster.run(train_ddp, free_port(), broken, 1)
+        cluster.run(train_ddp, rendezvous(), broken, 1)
     with pytest.raises(ValueError, match="unknown algorithm 'rng'"):
-        cluster.run(train_ddp, free_port(), "rng", 1)
+        cluster.run(train_ddp, rendezvous(), "rng", 1)
     # the ranks left their gloo group: they train again
-    assert len(cluster.run(train_ddp, free_port(), "ring", 1)[0]["losses"]) == 1
+    assert len(cluster.run(train_ddp, rendezvous(), "ring", 1)[0]["losses"]) == 1
