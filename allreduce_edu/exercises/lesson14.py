@@ -241,7 +241,8 @@ def check_tree_sum(tree_sum) -> Feedback:
     """Exercise 14.1: tree_sum leaves the sum of shared[0:blockDim.x] in shared[0], step by step
     as the tree does, on blocks of 2, 8 and 32 threads; then inside a kernel on this target."""
     if GPU_MISSING:
-        return failed(f'this exercise runs on numba-cuda: pip install -e ".[gpu]" ({GPU_MISSING})')
+        return failed(f"this exercise runs on numba-cuda's CUDA simulator, which installs with "
+                      f"allreduce-edu on Linux and Windows (macOS has no build) ({GPU_MISSING})")
     if is_stub(getattr(tree_sum, "py_func", tree_sum)):
         return not_attempted("write the body of tree_sum in place of `...`, then run this cell "
                              "again. Stuck? hint(\"14.1\") gives a first hint.")

@@ -53,6 +53,14 @@ def _is_device(a) -> bool:
     return cuda.devicearray.is_cuda_ndarray(a)
 
 
+def _device_affine(name, v, hidden: int, dtype):
+    """A gamma or beta already on the device: one value per column, the inputs' dtype."""
+    if tuple(v.shape) != (hidden,) or v.dtype != dtype:
+        raise ValueError(f"{name} must have shape ({hidden},) and dtype {dtype}, "
+                         f"got {tuple(v.shape)} {v.dtype}")
+    return v
+
+
 def _device_rows(name, a):
     """A device array (or a NumPy one, copied over) as (rows, hidden), checked like a NumPy
     input."""
@@ -75,7 +83,8 @@ def _sum_norm(inputs, names, gamma, beta, eps, out, norm, threads):
     shape, dtype = inputs[0].shape, inputs[0].dtype
     _check_same(names, inputs)
     hidden = shape[len(shape) - 1]
-    gamma, beta = (v if _is_device(v) else _affine(name, v, fill, hidden, dtype)
+    gamma, beta = (_device_affine(name, v, hidden, dtype) if _is_device(v)
+                   else _affine(name, v, fill, hidden, dtype)
                    for name, v, fill in (("gamma", gamma, 1), ("beta", beta, 0)))
     if on_device:
         result = cuda.device_array(shape, dtype) if out is None else out
@@ -88,7 +97,10 @@ def _sum_norm(inputs, names, gamma, beta, eps, out, norm, threads):
         if out2d.shape[0] == 0:
             return result
         rows = [cuda.to_device(a) for a in rows]  # host → device, once per input
-    threads = threads or threads_for(hidden)
+    threads = threads_for(hidden) if threads is None else threads
+    if threads < 1 or threads & (threads - 1) or threads > MAX_THREADS:
+        raise ValueError(f"threads must be a power of two from 1 to {MAX_THREADS} (the block's "
+                         f"tree halves it every step), got {threads}")
     device_out = out2d if on_device else cuda.device_array(out2d.shape, dtype)
     a, b, c = (rows + rows[:1] * 2)[:3]  # unused inputs: any array of the right type
     if out2d.shape[0] > 0:  # one block per row

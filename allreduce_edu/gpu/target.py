@@ -36,7 +36,9 @@ if "NUMBA_ENABLE_CUDASIM" not in os.environ and not _gpu_present():
 try:
     from numba import cuda
 except ImportError as e:  # numba-cuda (or its CUDA bindings) is not installed
-    raise ImportError(f'the GPU kernels need numba-cuda: pip install -e ".[gpu]" ({e})') from e
+    raise ImportError(f"the GPU kernels need numba-cuda, which installs with allreduce-edu on "
+                      f"Linux and Windows (macOS has no build; a GPU also needs "
+                      f'pip install -e ".[gpu]") ({e})') from e
 
 
 

@@ -33,6 +33,7 @@ from .frame import (
 
 PX_PER_INCH = 125  # the browser picture is the matplotlib frame's layout at 900 x 600 px
 MODES = ("symbols", "numbers")
+MAX_RANKS, MAX_CHUNKS = 12, 26  # beyond, boxes no longer fit the picture (and chunks run past z)
 
 
 class StepAnimation(BrowserWidget):
@@ -57,6 +58,11 @@ class StepAnimation(BrowserWidget):
         self._made_with = (world_size, values, dict(op=op, chunks=chunks, collective=collective))
         self.states = replay(trace, world_size, chunks, values=values, op=op, collective=collective)
         self.world_size, self.chunks = len(self.states[0].held), len(self.states[0].held[0])
+        if self.world_size > MAX_RANKS or self.chunks > MAX_CHUNKS:
+            raise ValueError(f"an animation draws at most {MAX_RANKS} ranks and {MAX_CHUNKS} "
+                             f"chunks legibly; this trace has {self.world_size} ranks and "
+                             f"{self.chunks} chunks: animate a smaller run (the algorithm is "
+                             f"the same), or look at timeline(trace)")
         names = [e.collective for e in trace.events if collective in (None, e.collective)]
         self.collective = names[0] if names else (collective or "")
         self.has_values = values is not None

@@ -25,8 +25,8 @@ _STANDALONE = """\
 <div class="are-standalone" id="{id}"></div>
 <script>
 (function () {{
-  const el = document.getElementById("{id}");
-  if (!el || el.dataset.rendered) return;  // the same picture twice on a page: draw it once
+  const el = document.currentScript.previousElementSibling;  // this fragment's own div
+  if (!el || el.dataset.rendered) return;
   el.dataset.rendered = "1";
   const traits = {traits};
   // the widget model's surface that the module uses: it reads traits, nothing is ever sent
@@ -46,11 +46,14 @@ def standalone_html(module: str, traits: dict, css: str = "") -> str:
     plain script: no kernel, no widget manager, no network. The same input gives the same text."""
     if "export default { render };" not in module:
         raise ValueError("the module must end with `export default { render };`")
+    if "</script" in module.lower() or "</style" in css.lower():
+        raise ValueError("the module or its style would end the page's <script> or <style>")
     body = module.replace("export default { render };", "return { render };")
     data = json.dumps(traits, sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256((body + data).encode()).hexdigest()[:12]
-    return _STANDALONE.format(css=css, id=f"are-{digest}",
-                              traits=data.replace("</", "<\\/"), module=body)
+    # <, > and & as JSON escapes: no text in the data can close the script or open a comment
+    safe = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return _STANDALONE.format(css=css, id=f"are-{digest}", traits=safe, module=body)
 
 
 class BrowserWidget(anywidget.AnyWidget):

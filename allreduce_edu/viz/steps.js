@@ -77,7 +77,8 @@ class Picture {
                                 markerHeight: 7, orient: "auto" }, defs);
       svg("path", { d: "M0,0 L10,5 L0,10 z", fill: colour }, m);
     };
-    this.markerId = (tag) => `${data.id}-arrow-${tag}`;
+    this.id = `are-${Math.random().toString(36).slice(2, 10)}`; // this picture's own ids on the page
+    this.markerId = (tag) => `${this.id}-arrow-${tag}`;
     for (const [tag, colour] of Object.entries(data.phase_colours)) marker(this.markerId(tag), colour);
     marker(this.markerId("other"), data.other_colour);
     marker(this.markerId("edge"), "#b0b0b0");
@@ -139,7 +140,7 @@ class Picture {
         text(g, 142 + 26 * i, y + 13, `${i + 1}`, { class: "are-key-text", style: `fill: ${contrast(colour)}`, "text-anchor": "middle" });
       });
     } else {
-      const id = `${this.data.id}-scale`, grad = svg("linearGradient", { id }, svg("defs", {}, g));
+      const id = `${this.id}-scale`, grad = svg("linearGradient", { id }, svg("defs", {}, g));
       colours.forEach((colour, i) => svg("stop", { offset: i / (colours.length - 1), "stop-color": colour }, grad));
       svg("rect", { x: 150, y, width: 200, height: 18, fill: `url(#${id})` }, g);
       text(g, 144, y + 13, "1", { class: "are-key-text", "text-anchor": "end" });
@@ -157,7 +158,7 @@ class Picture {
     this.cells.forEach((row, rank) => row.forEach((cell, c) => {
       const ranks = state.held[rank][c], colour = colours[ranks.length - 1];
       cell.rect.setAttribute("fill", colour);
-      const changed = index > 0 && ranks.length !== previous.held[rank][c].length;
+      const changed = index > 0 && ranks.join() !== previous.held[rank][c].join();
       cell.rect.classList.toggle("are-changed", changed);
       const size = 12;
       cell.label.textContent = numbers && state.values

@@ -6,7 +6,7 @@ import pytest
 from allreduce_edu import cli
 
 gpu = pytest.importorskip("allreduce_edu.gpu", reason='numba-cuda is not installed: '
-                                                      'pip install -e ".[gpu]"')
+                                                      'it installs with the package on Linux')
 
 from allreduce_edu.bench import gpu as gpu_bench  # noqa: E402 - after the skip
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import statistics
-import time
 
 import numpy as np
 import pytest
@@ -73,10 +71,23 @@ def test_at_gives_a_view_of_another_step(anim):
     assert type(still).__name__ == "RingAnimation"
 
 
-def test_standalone_html_needs_the_modules_default_export():
+def test_standalone_html_needs_the_modules_default_export_and_escapes_the_data():
     from allreduce_edu.viz.browser import standalone_html
     with pytest.raises(ValueError, match="export default"):
         standalone_html("function render() {}", {})
+    module = "function render() {}\nexport default { render };"
+    with pytest.raises(ValueError, match="<script>"):
+        standalone_html(module.replace("{}", "{ '</script>' }", 1), {})
+    html = standalone_html(module, {"title": "</script><!--<script>&"})
+    script = html[html.index("<script>") + len("<script>"):html.rindex("</script>")]
+    assert "<" not in script and ">" not in script.replace("=>", "") and "&" not in script.replace("&&", "")
+    assert "\\u003c/script\\u003e" in script  # the title survives, as JSON escapes
+
+
+def test_too_many_ranks_to_draw_are_refused_before_anything_is_drawn():
+    cluster, x = ring_run(13)
+    with pytest.raises(ValueError, match="at most 12 ranks"):
+        animate(cluster)
 
 
 def test_stepping_is_bounded_and_validated(anim):
@@ -211,24 +222,6 @@ def test_to_gif_writes_one_frame_per_step(anim, tmp_path):
     assert path.read_bytes().startswith(GIF)
     with Image.open(path) as gif:
         assert gif.n_frames == len(anim.states)
-
-
-def test_frame_render_time(capsys):
-    """The issue asks for well under 100 ms per frame for N <= 8; printed, loosely bounded."""
-    times = {}
-    for algorithm in ("ring", "rabenseifner"):
-        cluster, x = ring_run(8, algorithm)
-        view = animate(cluster, values=x)
-        samples = []
-        for i in range(len(view.states)):  # every one a fresh render
-            start = time.perf_counter()
-            view.frame(i)
-            samples.append(time.perf_counter() - start)
-        times[algorithm] = (statistics.median(samples), max(samples))
-    with capsys.disabled():
-        for algorithm, (median, worst) in times.items():
-            print(f"\nframe render, {algorithm} N=8: median {median * 1e3:.1f} ms, max {worst * 1e3:.1f} ms")
-    assert all(median < 1.0 for median, _ in times.values())
 
 
 def check_trace_event_json(document: dict) -> None:
