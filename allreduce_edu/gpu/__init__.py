@@ -8,7 +8,8 @@ Introduced in lessons/14_gpu_kernels.
 Importing this package picks the target once: a real GPU when the CUDA driver finds one, else the
 simulator (`NUMBA_ENABLE_CUDASIM=1`, unless you set that variable yourself). The kernels are the
 same code on both. numba-cuda and the CUDA runtime the simulator needs install with the package
-(Linux, Windows; no macOS build exists); a real GPU needs the [gpu] extra: `pip install -e ".[gpu]"`.
+(Linux, Windows; no macOS build exists); a real GPU needs the [gpu] extra as well:
+`pip install -e ".[gpu]"`.
 """
 
 from __future__ import annotations

@@ -78,47 +78,41 @@ def gather_shards(per_rank: list) -> dict:
             "x.grad": sum(r["x.grad"] for r in per_rank)}
 
 
+def _sgd(p: dict, norm, mine: slice, steps: int, lr: float, rows: int, hidden: int,
+         seed: int) -> dict:
+    """`steps` of SGD on parameters `p` with this `norm`, the loss over rows `mine`; after every
+    step, the norm's weight and bias as this process holds them, and the loss."""
+    history = {"layernorm.weight": [], "layernorm.bias": [], "loss": []}
+    for step in range(steps):
+        x, t = batch(step, rows, hidden, seed)
+        loss = loss_of_rows(block(x, p, norm), t, mine)
+        for v in p.values():
+            v.grad = None
+        loss.backward()
+        with torch.no_grad():
+            for v in p.values():
+                v -= lr * v.grad
+        for k in ("layernorm.weight", "layernorm.bias"):
+            history[k].append(p[k].detach().numpy().copy())
+        history["loss"].append(loss.item())
+    return history
+
+
 def train_on_rank(comm, steps: int = 5, lr: float = 0.5, sync=sync_norm_grads, rows: int = 10,
                   hidden: int = 16, ffn: int = 32, seed: int = 0) -> dict:
     """`steps` of SGD on rank r's shard, the norm's gradients summed by `sync`; after every step,
     this rank's copy of the norm's weight and bias, and its loss."""
     p = shard_parameters(full_parameters(hidden, ffn, seed), comm.rank, comm.world_size)
     mine = np.array_split(np.arange(rows), comm.world_size)[comm.rank]
-    history = {"layernorm.weight": [], "layernorm.bias": [], "loss": []}
-    for step in range(steps):
-        x, t = batch(step, rows, hidden, seed)
-        y = block(x, p, lambda *a: sequence_parallel_norm(comm, *a, sync=sync))
-        loss = loss_of_rows(y, t, slice(mine[0], mine[-1] + 1))
-        for v in p.values():
-            v.grad = None
-        loss.backward()
-        with torch.no_grad():
-            for v in p.values():
-                v -= lr * v.grad
-        for k in ("layernorm.weight", "layernorm.bias"):
-            history[k].append(p[k].detach().numpy().copy())
-        history["loss"].append(loss.item())
-    return history
+    norm = lambda *a: sequence_parallel_norm(comm, *a, sync=sync)  # noqa: E731
+    return _sgd(p, norm, slice(mine[0], mine[-1] + 1), steps, lr, rows, hidden, seed)
 
 
 def train_in_one_process(steps: int = 5, lr: float = 0.5, rows: int = 10, hidden: int = 16,
                          ffn: int = 32, seed: int = 0) -> dict:
     """The same steps in one process: the norm's weight and bias after each (the reference)."""
-    p = full_parameters(hidden, ffn, seed)
-    history = {"layernorm.weight": [], "layernorm.bias": [], "loss": []}
-    for step in range(steps):
-        x, t = batch(step, rows, hidden, seed)
-        loss = loss_of_rows(block(x, p, one_process_norm), t, slice(0, rows))
-        for v in p.values():
-            v.grad = None
-        loss.backward()
-        with torch.no_grad():
-            for v in p.values():
-                v -= lr * v.grad
-        for k in ("layernorm.weight", "layernorm.bias"):
-            history[k].append(p[k].detach().numpy().copy())
-        history["loss"].append(loss.item())
-    return history
+    return _sgd(full_parameters(hidden, ffn, seed), one_process_norm, slice(0, rows), steps, lr,
+                rows, hidden, seed)
 
 
 __all__ = ["PARAMETERS", "batch", "step_on_rank", "step_in_one_process", "gather_shards",
