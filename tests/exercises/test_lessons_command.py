@@ -179,3 +179,22 @@ def test_the_key_keeps_its_checks_out_of_the_instructors_progress(tmp_path, monk
     [(name, problems)] = course.write_solved(tmp_path / "key", lessons=["00"])
     assert problems == [] and name == "00_welcome.ipynb"
     assert not (tmp_path / "instructor" / "progress.json").exists()
+
+
+def test_the_shipped_lessons_are_trusted_a_learners_own_are_not(tmp_path, monkeypatch):
+    """Trusted, JupyterLab shows a lesson's saved animations before any cell runs; a lesson the
+    learner changed is theirs to trust."""
+    import nbformat
+    from nbformat.sign import NotebookNotary
+
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter"))  # a signature store of our own
+    folder = tmp_path / "mine"
+    course.copy_lessons(folder)
+    notary = NotebookNotary()
+    assert all(notary.check_signature(nbformat.read(p, as_version=4)) for p in folder.glob("*.ipynb"))
+    mine = folder / "03_ring_allreduce.ipynb"
+    nb = nbformat.read(mine, as_version=4)
+    nb.cells[0].source = "my own notes"
+    nbformat.write(nb, mine)
+    course.copy_lessons(folder)  # left alone, and not signed on the learner's behalf
+    assert not notary.check_signature(nbformat.read(mine, as_version=4))
