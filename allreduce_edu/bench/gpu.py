@@ -12,6 +12,7 @@ import sys
 import numpy as np
 
 from ..reference import layernorm_reference
+from .kernels import table_lines
 
 NO_GPU = "no CUDA GPU: the simulator cannot be timed (its threads are Python threads)"
 CHECK_ROWS = 64  # rows of each result checked against the float64 reference
@@ -98,15 +99,7 @@ def gpu_bench(rows=8192, hidden=4096, dtype="float32", repeat=20) -> list[dict]:
 
 def format_gpu_table(rows: list[dict], device: str = "") -> str:
     """The rows as an aligned table, then our layernorm beside the copy and torch's."""
-    lines = [f"# allreduce-edu bench --device cuda: {device}",
-             f"#{'kernel':>16} {'rows':>7} {'hidden':>7} {'type':>8} {'bytes':>12} {'time':>10} "
-             f"{'bw':>8} {'vs':>6} {'#wrong':>7}",
-             f"#{'':>16} {'':>7} {'':>7} {'':>8} {'(B)':>12} {'(us)':>10} {'(GB/s)':>8} "
-             f"{'copy':>6}"]
-    for r in rows:
-        lines.append(f" {r['kernel']:>16} {r['rows']:>7} {r['hidden']:>7} {r['dtype']:>8} "
-                     f"{r['bytes']:>12} {r['time_us']:>10.1f} {r['gbps']:>8.1f} "
-                     f"{r['vs_copy']:>6.2f} {r['wrong']:>7}")
+    lines = [f"# allreduce-edu bench --device cuda: {device}", *table_lines(rows, wrong=True)]
     by_name = {r["kernel"]: r for r in rows}
     ours, torch = by_name.get("layernorm"), by_name.get("torch layer_norm")
     if ours:

@@ -90,18 +90,25 @@ def kernel_bench(rows=8192, hidden=4096, dtype="float32", partials=4, repeat=5) 
     return results
 
 
-def format_kernel_table(rows: list[dict]) -> str:
-    """The rows as an aligned text table, then how many times faster each kernel is than its NumPy
-    version."""
+def table_lines(rows: list[dict], wrong: bool = False) -> list[str]:
+    """The header and one line per row: kernel, shape, type, bytes moved, time, GB/s and the
+    fraction of a copy's bandwidth (and #wrong, where results are checked per row)."""
     width = max([len("kernel")] + [len(r["kernel"]) for r in rows])
     lines = [f"#{'kernel':>{width}} {'rows':>7} {'hidden':>7} {'type':>8} {'bytes':>12} "
-             f"{'time':>10} {'bw':>8} {'vs':>6}",
+             f"{'time':>10} {'bw':>8} {'vs':>6}" + (f" {'#wrong':>7}" if wrong else ""),
              f"#{'':>{width}} {'':>7} {'':>7} {'':>8} {'(B)':>12} {'(us)':>10} {'(GB/s)':>8} "
              f"{'copy':>6}"]
     for r in rows:
         lines.append(f" {r['kernel']:>{width}} {r['rows']:>7} {r['hidden']:>7} {r['dtype']:>8} "
                      f"{r['bytes']:>12} {r['time_us']:>10.1f} {r['gbps']:>8.2f} "
-                     f"{r['vs_copy']:>6.2f}")
+                     f"{r['vs_copy']:>6.2f}" + (f" {r['wrong']:>7}" if wrong else ""))
+    return lines
+
+
+def format_kernel_table(rows: list[dict]) -> str:
+    """The rows as an aligned text table, then how many times faster each kernel is than its NumPy
+    version."""
+    lines = table_lines(rows)
     by_name = {r["kernel"]: r for r in rows}
     # layernorm vs "numpy layernorm", sum_layernorm[k] vs "numpy sum+layernorm[k]"
     for name, r in by_name.items():

@@ -19,10 +19,11 @@ from matplotlib.ticker import FuncFormatter
 from ..collectives.registry import describe
 from ..costmodel import predict
 from ..trace import format_bytes
-from .frame import OTHER_COLOUR, PHASE_COLOURS
+from .frame import OTHER_COLOUR, PHASE_COLOURS, chunk_span
 
 # Okabe-Ito, one colour per algorithm, the same in every plot
 PHASE_NAMES = {"reduce_scatter": "reduce-scatter", "all_gather": "all-gather"}
+WAITING, TAKING = "#d9d9d9", "#555555"  # a receive: waiting for the message, taking it in
 
 
 def _colour(algorithm: str) -> str | None:
@@ -53,49 +54,67 @@ def _axes(ax, figsize):
 
 def plot_timeline(trace, ax=None):
     """Per-rank Gantt chart of a run: sends above each rank's line (coloured by phase), recvs below,
-    in ms.
+    in ms (the static twin of `viz.timeline`, from the same `timeline_data`).
 
     A recv bar is light while the rank waits for the message and dark while it takes it in; white is
     idle.
     """
-    starts = [e.t_start for e in trace.events] + [r.t_start for r in trace.receives]
-    ranks = sorted({e.src for e in trace.events} | {e.dst for e in trace.events}
-                   | {r.dst for r in trace.receives})
+    data = timeline_data(trace)
+    ranks = data["ranks"]
     fig, ax = _axes(ax, (7.2, 1.2 + 0.55 * max(len(ranks), 1)))
-    t0 = min(starts, default=0.0)
-    ms = lambda t: (t - t0) * 1e3  # milliseconds since the first message
-    sends, waits, takes = defaultdict(list), defaultdict(list), defaultdict(list)
-    for e in trace.events:
-        sends[e.src, e.tag].append((ms(e.t_start), max(ms(e.t_end) - ms(e.t_start), 1e-3)))
-    for r in trace.receives:
-        arrived = min(max(r.t_arrived, r.t_start), r.t_end)
-        waits[r.dst].append((ms(r.t_start), ms(arrived) - ms(r.t_start)))
-        takes[r.dst].append((ms(arrived), max(ms(r.t_end) - ms(arrived), 1e-3)))
-    for (rank, tag), bars in sends.items():
-        ax.broken_barh(bars, (rank - 0.42, 0.38), facecolors=PHASE_COLOURS.get(tag, OTHER_COLOUR),
-                       alpha=0.85)
-    for rank, bars in waits.items():
-        ax.broken_barh(bars, (rank + 0.04, 0.38), facecolors="#d9d9d9")
-    for rank, bars in takes.items():
-        ax.broken_barh(bars, (rank + 0.04, 0.38), facecolors="#555555")
+    lanes = defaultdict(list)  # (rank, kind, colour) -> [(start, width)]
+    for bar in data["bars"]:
+        width = bar["t1"] - bar["t0"]
+        lanes[bar["rank"], bar["kind"], bar["colour"]].append(
+            (bar["t0"], width if bar["kind"] == "wait" else max(width, 1e-3)))
+    for (rank, kind, colour), bars in lanes.items():
+        below = kind != "send"  # sends above the rank's line, receives below
+        ax.broken_barh(bars, (rank + 0.04 if below else rank - 0.42, 0.38), facecolors=colour,
+                       alpha=1.0 if below else 0.85)
     ax.set_yticks(ranks, [f"rank {r}" for r in ranks])
     ax.set_ylim(max(ranks, default=0) + 0.6, -0.6)  # rank 0 on top
     ax.set_xlabel("time since the first message (ms)")
-    tags = list(dict.fromkeys(e.tag for e in trace.events))
-    handles = [Patch(color=PHASE_COLOURS.get(t, OTHER_COLOUR),
-                     label=f"send: {PHASE_NAMES.get(t, t)}") for t in tags]
-    handles += [Patch(color="#d9d9d9", label="recv: waiting"),
-                Patch(color="#555555", label="recv: taking in")]
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8,
-              frameon=False)
-    names = sorted({e.collective for e in trace.events if e.collective}) or ["trace"]
-    span = max([ms(e.t_end) for e in trace.events] + [ms(r.t_end) for r in trace.receives],
-               default=0.0)
-    ax.set_title(f"{', '.join(names)}: {len(trace.events)} messages, "
-                 f"{format_bytes(sum(e.nbytes for e in trace.events))} in {span:.2f} ms",
-                 fontsize=10)
+    ax.legend(handles=[Patch(color=colour, label=label) for label, colour in data["legend"]],
+              loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8, frameon=False)
+    ax.set_title(data["title"], fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     return fig
+
+
+def timeline_data(trace) -> dict:
+    """What the browser draws: one bar per send and two per receive (waiting, taking in), in ms
+    since the first message, each with the text its hover shows."""
+    starts = [e.t_start for e in trace.events] + [r.t_start for r in trace.receives]
+    t0 = min(starts, default=0.0)
+    ms = lambda t: round((t - t0) * 1e3, 4)
+    chunks = max((e.chunk[1] for e in trace.events if e.chunk is not None), default=1)
+    bars = []
+    for e in trace.events:
+        bars.append({"rank": e.src, "kind": "send", "t0": ms(e.t_start), "t1": ms(e.t_end),
+                     "colour": PHASE_COLOURS.get(e.tag, OTHER_COLOUR),
+                     "detail": f"send rank {e.src} → rank {e.dst}\n{e.tag}, step {e.step}\n"
+                               f"chunk {chunk_span(e.chunk, chunks)} · {format_bytes(e.nbytes)}\n"
+                               f"{ms(e.t_start):.3f}–{ms(e.t_end):.3f} ms"})
+    for r in trace.receives:
+        arrived = min(max(r.t_arrived, r.t_start), r.t_end)
+        head = (f"recv rank {r.dst} ← rank {r.src}\n{r.tag}, step {r.step} · "
+                f"{format_bytes(r.nbytes)}")
+        bars.append({"rank": r.dst, "kind": "wait", "t0": ms(r.t_start), "t1": ms(arrived),
+                     "colour": WAITING,
+                     "detail": f"{head}\nwaiting {ms(r.t_start):.3f}–{ms(arrived):.3f} ms"})
+        bars.append({"rank": r.dst, "kind": "take", "t0": ms(arrived), "t1": ms(r.t_end),
+                     "colour": TAKING,
+                     "detail": f"{head}\ntaking in {ms(arrived):.3f}–{ms(r.t_end):.3f} ms"})
+    ranks = sorted({e.src for e in trace.events} | {e.dst for e in trace.events}
+                   | {r.dst for r in trace.receives})
+    names = sorted({e.collective for e in trace.events if e.collective}) or ["trace"]
+    span = max([b["t1"] for b in bars], default=0.0)
+    tags = list(dict.fromkeys(e.tag for e in trace.events))
+    legend = [[f"send: {PHASE_NAMES.get(t, t)}", PHASE_COLOURS.get(t, OTHER_COLOUR)] for t in tags]
+    legend += [["recv: waiting", WAITING], ["recv: taking in", TAKING]]
+    return {"title": f"{', '.join(names)}: {len(trace.events)} messages, "
+                     f"{format_bytes(sum(e.nbytes for e in trace.events))} in {span:.2f} ms",
+            "ranks": ranks, "bars": bars, "span_ms": span, "legend": legend}
 
 
 def _by_algorithm(rows) -> dict[str, list[dict]]:
