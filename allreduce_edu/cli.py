@@ -58,9 +58,11 @@ def lessons(args, parser) -> int:
         print(f"Writing the instructor's key to {args.solved} (every lesson executed with its "
               f"answers; a few minutes)...", flush=True)
         results = course.write_solved(args.solved)
-        for name, problems in results:
-            print(f"  {name}: " + ("every checker ✓" if not problems else "; ".join(problems)))
-        return 1 if any(problems for _, problems in results) else 0
+        for name, problems, skipped in results:
+            verdict = (f"skipped, it {skipped}" if skipped
+                       else "; ".join(problems) if problems else "every checker ✓")
+            print(f"  {name}: {verdict}")
+        return 1 if any(problems for _, problems, _ in results) else 0
     try:
         report = course.copy_lessons(args.dir, args.reset)
     except ValueError as e:
