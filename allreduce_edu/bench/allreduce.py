@@ -159,12 +159,14 @@ def peer_rows(peer: str, world_size: int, sizes, dtype="float32", iters=20, warm
                                  warmup, timeout=timeout))
 
 
-def add_predictions(rows: list[dict], links) -> None:
+def add_predictions(rows: list[dict], links, fitted=None) -> None:
     """Put the α-β model's time on emulated `links` beside each row ("model_us"; None where it
-    has no model)."""
+    has no model), and on the links `fitted` to them ("fit_us"), when given."""
     for r in rows:
-        seconds = predict_on_links(r["algorithm"], r["world_size"], r["bytes"], links)
-        r["model_us"] = None if seconds is None else seconds * 1e6
+        for key, on in (("model_us", links), ("fit_us", fitted)):
+            if on is not None:
+                seconds = predict_on_links(r["algorithm"], r["world_size"], r["bytes"], on)
+                r[key] = None if seconds is None else seconds * 1e6
 
 
 def format_p2p(p2p: dict) -> str:
@@ -182,15 +184,16 @@ def format_table(rows: list[dict]) -> str:
             f"{'algbw':>8} {'busbw':>8} {'#wrong':>7}\n"
             f"#{'(B)':>11} {'(elements)':>11} {'':>8} {'':>19} {'(us)':>10} "
             f"{'(GB/s)':>8} {'(GB/s)':>8} {'':>7}")
-    # emulated links: the α-β model's time beside the measured one
-    model = any("model_us" in r for r in rows)
-    if model:
+    # emulated links: the α-β model's time beside the measured one (and the fitted model's)
+    extra = [(key, name) for key, name in (("model_us", "model"), ("fit_us", "fitted"))
+             if any(key in r for r in rows)]
+    for _, name in extra:
         head = "\n".join(f"{line} {unit:>10}"
-                         for line, unit in zip(head.split("\n"), ("model", "(us)"), strict=True))
+                         for line, unit in zip(head.split("\n"), (name, "(us)"), strict=True))
     lines = [head]
     for r in rows:
-        predicted = (f" {r['model_us']:>10.1f}" if r.get("model_us") is not None
-                     else f" {'-':>10}" if model else "")
+        predicted = "".join(f" {r[key]:>10.1f}" if r.get(key) is not None else f" {'-':>10}"
+                            for key, _ in extra)
         lines.append(f" {r['bytes']:>11} {r['count']:>11} {r['dtype']:>8} {r['algorithm']:>19} "
                      f"{r['time_us']:>10.1f} {r['algbw_gbps']:>8.3f} {r['busbw_gbps']:>8.3f} "
                      f"{r['wrong']:>7}{predicted}")
@@ -203,6 +206,6 @@ JSON_KEYS = ("algorithm", "world_size", "bytes", "count", "dtype", "time_us", "a
 
 def write_json(path, rows: list[dict]) -> None:
     with open(path, "w") as f:
-        json.dump([{k: r[k] for k in JSON_KEYS + ("model_us",) if k in r} for r in rows], f,
-                  indent=1)
+        keys = JSON_KEYS + ("model_us", "fit_us")
+        json.dump([{k: r[k] for k in keys if k in r} for r in rows], f, indent=1)
 

@@ -284,3 +284,20 @@ def test_ports_are_shared_by_the_clusters_ranks_and_new_after_a_restart():
     for root in (first, again):
         assert 2 * 30e-3 <= root < 3 * 30e-3, root  # one port: the two took turns
     assert links.ports is None  # the caller's links stay a description; each world books its own
+
+
+def test_bench_on_flat_links_prints_the_links_model_and_the_fitted_one(tmp_path):
+    out = tmp_path / "rows.json"
+    result = subprocess.run([sys.executable, "-m", "allreduce_edu.cli", "bench", "-n", "2", "--transport", "local",
+                             "--links", "2ms,1GB/s", "--algorithm", "ring,naive", "-b", "8", "-e", "8",
+                             "--iters", "3", "--warmup", "1", "--json", str(out)],
+                            check=False, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "emulated links: every link 2000 us" in result.stdout and "# fitted on these links: every link" in result.stdout
+    [head] = [line for line in result.stdout.splitlines() if line.startswith("#") and "algorithm" in line]
+    assert head.split()[-2:] == ["model", "fitted"], head
+    rows = json.loads(out.read_text())
+    assert all(r["model_us"] == pytest.approx(4000, rel=1e-3) and r["fit_us"] > 0 for r in rows), rows
+    refused = subprocess.run([sys.executable, "-m", "allreduce_edu.cli", "bench", "--testbed", "--topology", "2x2"],
+                             check=False, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "drop --topology" in refused.stderr
