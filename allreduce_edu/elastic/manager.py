@@ -59,7 +59,9 @@ class Manager:
         self._token, self._state, self._load = token, state_dict, load_state_dict
         self._client = LighthouseClient(lighthouse, token, replica_id)
         self.comm: GrpcCommunicator | None = None
-        self.quorum_id: int | None = None
+        self.quorum_id: int | None = None  # this step's quorum (None until it is known)
+        self._world: int | None = None  # the quorum id self.comm was built for
+        self._round = 0  # which start_quorum the background call serves
         self.members: list[str] = []
         self.num_participants = 0
         self.healing = False
@@ -68,7 +70,7 @@ class Manager:
         self.errors: list[BaseException] = []  # this step's
         self._errored = False  # the last step failed: ask for a fresh world
         self._pending = None  # (arrays, step, digest) received while healing
-        self._future = None
+        self._future, self._open = None, False
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"{replica_id}-quorum")
         self._stop = threading.Event()
         self._client.call("Heartbeat", quorum_timeout)  # known to the Lighthouse from now on
@@ -79,8 +81,9 @@ class Manager:
     # --- the step ------------------------------------------------------------------------
     def start_quorum(self) -> None:
         """Ask for this step's quorum in the background (re-form the world, heal if behind)."""
-        self.errors, self.healing, self.healed_from = [], False, None
-        self._future = self._executor.submit(self._quorum_and_heal)
+        self.errors, self.healing, self.healed_from, self.quorum_id = [], False, None, None
+        self._round, self._open = self._round + 1, True
+        self._future = self._executor.submit(self._quorum_and_heal, self._round)
 
     def allreduce(self, grad: np.ndarray) -> np.ndarray:
         """SUM of `grad` over the quorum / the participants; zeros go in while healing.
@@ -111,6 +114,7 @@ class Manager:
             else:
                 self.errors.append(RankFailure(f"{self.replica_id}: the state healed from "
                                                f"{self.healed_from} differs once loaded"))
+        self._open = False
         if self.quorum_id is None:
             self._errored = True
             return False
@@ -127,11 +131,16 @@ class Manager:
         return commit
 
     def _wait_quorum(self) -> None:
+        """Wait (once per step) for the background quorum; its failure becomes this step's."""
         if self._future is None:
-            raise RuntimeError(f"{self.replica_id}: call start_quorum() first, every step")
+            if not self._open:
+                raise RuntimeError(f"{self.replica_id}: call start_quorum() first, every step")
+            return
+        future, self._future = self._future, None
         try:
-            self._future.result(timeout=self.quorum_timeout + 2 * self.timeout)
+            future.result(timeout=self.quorum_timeout + 2 * self.timeout)
         except FutureTimeout:
+            self._round += 1  # what the late quorum call finds is kept by no step
             self.errors.append(CollectiveTimeout(f"{self.replica_id}: no quorum within "
                                                  f"{self.quorum_timeout:g} s"))
         except CollectiveError as e:
@@ -140,31 +149,33 @@ class Manager:
             self.healing, self._pending = False, None
 
     # --- the background part: quorum, world, healing -------------------------------------
-    def _quorum_and_heal(self) -> None:
+    def _quorum_and_heal(self, round_: int) -> None:
         reply = self._client.call("Quorum", self.quorum_timeout, step=self.step,
                                   errored=self._errored)
         self._errored = False
         members = [rid for rid, _ in reply["members"]]
         steps = {rank: step for rank, (_, step) in enumerate(reply["members"])}
         rank = members.index(self.replica_id)
-        if reply["quorum_id"] != self.quorum_id or self.comm is None:
-            self.quorum_id = None
-            self._reconfigure(reply["quorum_id"], rank, len(members))
-        self.quorum_id, self.members = reply["quorum_id"], members
+        if reply["quorum_id"] != self._world or self.comm is None:
+            self._reconfigure(reply["quorum_id"], rank, len(members), round_)
+        elif round_ == self._round:
+            self.quorum_id = reply["quorum_id"]  # a fast quorum: the same world
         top = max(steps.values())
-        self.num_participants = sum(s == top for s in steps.values())
         plan = heal_plan(steps)  # {rank behind: the up-to-date rank that sends it state}
         for dst, src in plan.items():
             if src == rank:
                 self._send_state(dst)
-        if rank in plan:
+        received = self._recv_state(plan[rank]) if rank in plan else None
+        if round_ != self._round:
+            return  # the step gave up waiting for this quorum: it keeps nothing of it
+        self.members, self.num_participants = members, sum(s == top for s in steps.values())
+        if received is not None:
             self.healing, self.healed_from = True, members[plan[rank]]
-            arrays, digest = self._recv_state(plan[rank])
-            self._pending = (arrays, top, digest)
+            self._pending = (received[0], top, received[1])
 
-    def _reconfigure(self, quorum_id: int, rank: int, world_size: int) -> None:
+    def _reconfigure(self, quorum_id: int, rank: int, world_size: int, round_: int) -> None:
         """A new world: close the old communicator, listen afresh as `rank`, connect to the rest."""
-        old, self.comm = self.comm, None
+        old, self.comm, self._world = self.comm, None, None
         if old is not None:
             old.close(drain=0.1)
         comm = GrpcCommunicator(rank, world_size, token=self._token, host=self.host,
@@ -173,12 +184,13 @@ class Manager:
         try:
             reply = self._client.call("Connect", self.quorum_timeout, quorum_id=quorum_id,
                                       address=comm.address)
-            self.quorum_id = quorum_id  # every member has an address: from now on, each votes
+            if round_ == self._round:  # every member has an address: from now on, each votes
+                self.quorum_id = quorum_id
             comm.connect(reply["addresses"], timeout=self.timeout)
         except BaseException:
             comm.close(drain=0.1)
             raise
-        self.comm = comm
+        self.comm, self._world = comm, quorum_id
 
     def _abandon(self) -> None:
         """Close this world's communicator now: a failed collective poisons it, and closing it
