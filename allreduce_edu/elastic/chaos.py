@@ -23,7 +23,8 @@ from .replica import PHASES, ReplicaStart, main
 
 @dataclass(frozen=True)
 class Kill:
-    """The replica in `slot` SIGKILLs itself at `phase` of the first step >= `step`."""
+    """The replica in `slot` SIGKILLs itself at `phase` of the first step >= `step` (one slot's
+    kills fire in schedule order: the second kills its replacement)."""
 
     step: int
     slot: int
@@ -71,6 +72,11 @@ class ChaosResult:
     def goodput(self) -> float:
         """Useful (committed) steps per second of wall time."""
         return self.committed_steps / self.wall_seconds if self.wall_seconds else 0.0
+
+    @property
+    def mtbf_seconds(self) -> float:
+        """Mean time between failures, as this run saw them (inf without any)."""
+        return self.wall_seconds / len(self.deaths) if self.deaths else float("inf")
 
     def loss_curve(self) -> np.ndarray:
         """The loss of each committed step: the mean over the replicas that computed it."""

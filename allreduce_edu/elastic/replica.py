@@ -18,7 +18,8 @@ from ..runtime.worker import become_rank
 from ..training import MLP, global_batch, loss_and_grads, make_dataset, sgd_step, unbucket
 from .manager import Manager, state_digest
 
-PHASES = ("forward", "allreduce", "commit")
+PHASES = ("forward", "allreduce", "commit")  # where a random schedule kills
+HEAL = "heal"  # a replacement's death as its healed state arrives (only scheduled by hand)
 
 
 @dataclass
@@ -81,6 +82,8 @@ def main(start: ReplicaStart) -> None:
     state = {"params": params}
 
     def load(arrays):
+        if due(HEAL):
+            dying(HEAL)
         state["params"] = [np.array(a) for a in arrays]
 
     manager = Manager(replica_id, start.lighthouse, start.token, lambda: state["params"], load,

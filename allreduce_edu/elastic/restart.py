@@ -24,7 +24,7 @@ from ..comm.errors import RankFailure
 from ..runtime.cluster import Cluster
 from ..training import MLP, global_batch, loss_and_grads, make_dataset, sgd_step, unbucket
 from .chaos import Kill, chaos_schedule
-from .replica import _DieMidAllreduce
+from .replica import PHASES, _DieMidAllreduce
 
 
 def young_daly_interval(checkpoint_seconds: float, mtbf_seconds: float) -> float:
@@ -57,7 +57,8 @@ def run_restart(steps: int = 50, replicas: int = 4, failures: int = 3, seed: int
     """Data-parallel training on a Cluster of `replicas` ranks through the schedule's kills,
     each answered by a full restart from the last checkpoint."""
     schedule = chaos_schedule(steps, replicas, failures, seed) if schedule is None else schedule
-    pending = sorted(schedule, key=lambda k: k.step)
+    # a kill while healing has no counterpart here: nothing heals, everything restarts
+    pending = sorted((k for k in schedule if k.phase in PHASES), key=lambda k: k.step)
     with tempfile.TemporaryDirectory(prefix="allreduce-edu-ckpt-") as folder:
         path = Path(folder) / "checkpoint.npz"
         _save(path, 0, MLP(seed=seed).params, [])
