@@ -60,7 +60,8 @@ class Lighthouse:
         self._members: dict[int, tuple[str, ...]] = {}  # quorum id -> its members
         self._gathers: dict[tuple, dict[str, object]] = {}  # (kind, quorum id, ...) -> values
         self._decided: dict[tuple, dict | None] = {}  # the first outcome of each gather, kept
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=32,
+        # a thread per waiting call: every replica may wait in Quorum and heartbeat at once
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=64,
                                                               thread_name_prefix="lighthouse"),
                                    interceptors=[TokenInterceptor(self.token)],
                                    options=SERVER_OPTIONS)
