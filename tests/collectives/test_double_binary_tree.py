@@ -139,3 +139,14 @@ def test_every_world_size_lays_out_inside_the_picture(n):
     xs = [x for x, _ in view.positions]
     assert min(xs) - view.box_w / 2 >= 0 and max(xs) + view.box_w / 2 <= 7.2
     assert view.frame(len(view.states) - 1).startswith(b"\x89PNG")
+
+
+def _disagree(comm):
+    return ae.allreduce(comm, np.ones(4), algorithm="bruck" if comm.rank == 2 else "double_binary_tree")
+
+
+def test_ranks_disagreeing_on_the_algorithm_raise_mismatch(transport):
+    with pytest.raises(ae.CollectiveMismatch) as info:
+        cluster_for(transport, 4).run(_disagree)
+    assert "rank 2 called" in str(info.value) and "algorithm='bruck'" in str(info.value), str(info.value)
+    assert 2 in info.value.ranks
