@@ -8,6 +8,7 @@
                                                     # rank r gets np.array_split(x, N)[r]
     all_gather(comm, x, algorithm="ring")           # or "bruck"; pieces joined along axis 0
     iallreduce, ireduce_scatter, iall_gather        # non-blocking: a request now, .wait() later
+    double_binary_tree.double_binary_tree(comm, x, op, chunks=K)  # NCCL's trees, K chunks per tree
 """
 
 from __future__ import annotations

@@ -136,8 +136,8 @@ def _pipelined(comm, x: np.ndarray, op: str, chunks: int) -> np.ndarray:
         if r in (src, dst):  # one clock for both phases: reduce and broadcast overlap
             steps.setdefault(_clock(n, tag, step), []).append((step, tag, piece, src, dst))
     for clock in sorted(steps):
-        # step s: send what arrived before it, then take in this step's messages (eager sends:
-        # every rank posts its sends first, so no one waits on a rank that is waiting)
+        # clock t: send the chunks that arrived before t, then take in the chunks sent at t (sends
+        # are eager and every rank posts its own first, so no rank waits on a rank that waits)
         sends = [comm.isend(dst, pieces[piece], tag, step=step, chunk=piece)
                  for step, tag, piece, src, dst in steps[clock] if src == r]
         for _, tag, piece, src, dst in steps[clock]:
