@@ -22,7 +22,10 @@ from .. import costmodel
 from ..comm.base import check_array
 from .registry import allreduce_algorithm, check_op, reduce_into
 
-CHUNK_BYTES = 128 * 1024  # the pipeline's chunk: big enough to amortise α, small enough to overlap
+# K chunks per tree cost about 4K·α per port but shorten the pipeline's fill and drain, so the
+# model's time is least for K of order sqrt(S·β / α): K = sqrt(S / PIPELINE_BYTES), with
+# PIPELINE_BYTES = α / β, the bytes a link moves in one α (the course's testbed: 10 ms · 100 MB/s)
+PIPELINE_BYTES = 1_000_000
 MAX_CHUNKS = 64  # per tree
 
 
@@ -95,8 +98,9 @@ def trees(world_size: int) -> tuple[Tree, Tree]:
 
 
 def pipeline_chunks(nbytes: int) -> int:
-    """K, the chunks each tree cuts its half into: one per CHUNK_BYTES, 1 to MAX_CHUNKS."""
-    return max(1, min(MAX_CHUNKS, math.ceil(nbytes / 2 / CHUNK_BYTES)))
+    """K, the chunks each tree cuts its half into: sqrt(nbytes / PIPELINE_BYTES), 1 to MAX_CHUNKS
+    (pass chunks= to double_binary_tree for other links)."""
+    return max(1, min(MAX_CHUNKS, round(math.sqrt(nbytes / PIPELINE_BYTES))))
 
 
 def schedule(world_size: int, chunks: int) -> list[tuple[int, str, int, int, int]]:
