@@ -74,14 +74,20 @@ class Tree:
 
     @classmethod
     def of(cls, world_size: int, shape) -> Tree:
+        """The tree `shape(world_size, rank) -> (parent or -1, children)` describes, checked."""
         links = [shape(world_size, r) for r in range(world_size)]
         parent, children = [p for p, _ in links], [tuple(c) for _, c in links]
+        _check(world_size, parent, children)
         depth, height = [0] * world_size, [0] * world_size
         order = [parent.index(-1)]  # top-down: every parent before its children
         for r in order:
             for c in children[r]:
                 depth[c] = depth[r] + 1
                 order.append(c)
+        if len(order) != world_size:
+            lost = sorted(set(range(world_size)) - set(order))
+            raise ValueError(f"a tree of {world_size} ranks: ranks {lost} cannot be reached from "
+                             f"the root {order[0]} (their parents form a cycle)")
         for r in reversed(order):
             height[r] = max((height[c] + 1 for c in children[r]), default=0)
         return cls(tuple(parent), tuple(children), tuple(height), tuple(depth))
@@ -89,6 +95,23 @@ class Tree:
     @property
     def root(self) -> int:
         return self.parent.index(-1)
+
+
+def _check(n: int, parent: list[int], children: list[tuple[int, ...]]) -> None:
+    """One root, and every child names its parent back (a tree's two descriptions agree)."""
+    roots = [r for r in range(n) if parent[r] == -1]
+    if len(roots) != 1:
+        raise ValueError(f"a tree of {n} ranks has one root (parent -1); this one has {roots}")
+    for r in range(n):
+        for c in children[r]:
+            if not 0 <= c < n or parent[c] != r:
+                raise ValueError(f"a tree of {n} ranks: rank {r} names {c} as a child, but "
+                                 f"rank {c} names {parent[c] if 0 <= c < n else None} as its "
+                                 f"parent")
+    for r in range(n):
+        if parent[r] != -1 and r not in children[parent[r]]:
+            raise ValueError(f"a tree of {n} ranks: rank {r} names {parent[r]} as its parent, "
+                             f"but rank {parent[r]} does not name {r} as a child")
 
 
 @functools.lru_cache(maxsize=64)

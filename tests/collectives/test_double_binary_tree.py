@@ -11,6 +11,7 @@ import allreduce_edu as ae
 from allreduce_edu import costmodel
 from allreduce_edu.collectives.double_binary_tree import (
     PIPELINE_BYTES,
+    Tree,
     btree,
     double_binary_tree,
     mirror_tree,
@@ -51,6 +52,18 @@ def test_every_rank_is_interior_in_at_most_one_tree(n):
         assert len(first.children[0]) == len(second.children[0]) == 1
     assert all(len(first.children[r]) + len(second.children[r]) <= 2 for r in range(n))
     assert first.height[first.root] == second.height[second.root] == (n - 1).bit_length()
+
+
+@pytest.mark.parametrize("shape, words", [
+    (lambda n, r: (-1, []), "one root"),
+    (lambda n, r: (r - 1, [r + 1] if r + 1 < n else []) if r else (-1, [2]), "rank 0 names 2 as a child"),
+    (lambda n, r: (r - 1, []) if r else (-1, []), "rank 1 names 0 as its parent, but"),
+    (lambda n, r: [(-1, [3]), (2, [2]), (1, [1]), (0, [])][r], r"ranks \[1, 2\] cannot be reached"),  # a cycle
+])
+def test_a_wrong_shape_is_refused_saying_what_disagrees(shape, words):
+    with pytest.raises(ValueError, match=words):
+        Tree.of(4, shape)
+    assert Tree.of(4, lambda n, r: (r - 1, [r + 1] if r + 1 < n else [])).height == (3, 2, 1, 0)  # a chain
 
 
 def _dbt(comm, size, dtype, chunks):
