@@ -79,6 +79,9 @@ class PowerSGD(Scheme):
     def mean(self, comm, flat, shapes=None, key=0, last=True) -> np.ndarray:
         flat = np.asarray(flat)
         shapes = [flat.shape] if shapes is None else [tuple(s) for s in shapes]
+        if count(shapes) != flat.size:
+            raise ValueError(f"rank {comm.rank}: a bucket of {flat.size} values cannot hold "
+                             f"tensors of shapes {shapes} ({count(shapes)} values)")
         if self.iter < self.start_powerSGD_iter:  # plain all-reduce, divided first
             result = np.asarray(self._sum(comm, flat / comm.world_size))
         elif self.error_feedback:

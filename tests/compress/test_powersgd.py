@@ -106,6 +106,8 @@ def test_ranks_above_min_n_m_are_refused_clearly():
     cluster = cluster_for("local", 2)
     with pytest.raises(ValueError, match="more than min"):
         cluster.run(one_round, [(3, 16)], 4)
+    with pytest.raises(ValueError, match=r"a bucket of 10 values cannot hold tensors of shapes"):
+        cluster.run(lambda comm: PowerSGD(1).mean(comm, np.zeros(10), [(3, 4)]))
 
 
 def bytes_by_step(comm, steps: int, rank: int, algorithm="ring"):
