@@ -20,7 +20,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from .casts import ring_bytes
+from .casts import check_float, ring_bytes
 from .feedback import ErrorFeedback
 from .schemes import Scheme, count
 
@@ -77,8 +77,10 @@ class PowerSGD(Scheme):
                 f"warm_start={self.warm_start}, iter={self.iter})")
 
     def mean(self, comm, flat, shapes=None, key=0, last=True) -> np.ndarray:
-        flat = np.asarray(flat)
-        shapes = [flat.shape] if shapes is None else [tuple(s) for s in shapes]
+        """≈ the mean over ranks of `flat`, which holds tensors of `shapes` (None: one tensor)."""
+        x = check_float(comm, flat)
+        flat = x.reshape(-1)  # (total,)
+        shapes = [x.shape] if shapes is None else [tuple(s) for s in shapes]
         if count(shapes) != flat.size:
             raise ValueError(f"rank {comm.rank}: a bucket of {flat.size} values cannot hold "
                              f"tensors of shapes {shapes} ({count(shapes)} values)")
@@ -89,7 +91,7 @@ class PowerSGD(Scheme):
         else:
             result = self._round(comm, flat, shapes, key)
         self.iter += bool(last)
-        return result
+        return result.reshape(x.shape)
 
     def plan(self, shapes) -> tuple[list[int], list[int]]:
         """(tensors compressed, grouped by shape as torch orders them; tensors sent as they are)."""

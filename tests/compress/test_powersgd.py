@@ -108,6 +108,18 @@ def test_ranks_above_min_n_m_are_refused_clearly():
         cluster.run(one_round, [(3, 16)], 4)
     with pytest.raises(ValueError, match=r"a bucket of 10 values cannot hold tensors of shapes"):
         cluster.run(lambda comm: PowerSGD(1).mean(comm, np.zeros(10), [(3, 4)]))
+    with pytest.raises(TypeError, match="floating-point gradients"):
+        cluster.run(lambda comm: PowerSGD(1).mean(comm, np.zeros((3, 4), int)))
+
+
+def test_a_matrix_on_its_own_keeps_its_shape():
+    def run(comm):
+        m = grads(comm.rank, 0, [(12, 7)]).reshape(12, 7)
+        return PowerSGD(1, error_feedback=False, start_powerSGD_iter=0).mean(comm, m)
+
+    got = cluster_for("local", 3).run(run)[0]
+    assert got.shape == (12, 7)
+    np.testing.assert_allclose(got.reshape(-1), power_step(3, (12, 7), 1), rtol=1e-10, atol=1e-12)
 
 
 def bytes_by_step(comm, steps: int, rank: int, algorithm="ring"):
