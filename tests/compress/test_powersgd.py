@@ -82,9 +82,12 @@ def test_warm_start_converges_to_the_best_rank_r_approximation():
     best = np.sqrt(np.sum(np.linalg.svd(m, compute_uv=False)[2:] ** 2))  # Eckart-Young
     assert errors[0] > 1.01 * best and abs(errors[-1] - best) < 1e-6 * best
     assert [q.shape for q in memory[0]] == [(18, 2)]
-    cold = PowerSGD(2, warm_start=False, start_powerSGD_iter=0, error_feedback=False)
-    cluster.run(lambda comm: cold.mean(comm, m.reshape(-1), [m.shape]))
-    assert cold.q_memory == {}
+    def cold(comm):  # each rank's own copy of the scheme: its memory stays empty
+        scheme = PowerSGD(2, warm_start=False, start_powerSGD_iter=0, error_feedback=False)
+        scheme.mean(comm, m.reshape(-1), [m.shape])
+        return scheme.q_memory
+
+    assert cluster.run(cold) == [{}, {}, {}]
 
 
 def test_vectors_and_small_matrices_go_uncompressed_and_same_shapes_group_as_in_torch():
