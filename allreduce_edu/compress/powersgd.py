@@ -64,7 +64,9 @@ class PowerSGD(Scheme):
         if not isinstance(rank, (int, np.integer)) or rank < 1:
             raise ValueError(f"PowerSGD rank must be a whole number >= 1, got {rank!r}")
         self.rank, self.error_feedback, self.warm_start = int(rank), error_feedback, warm_start
-        self.start_powerSGD_iter = start_powerSGD_iter  # plain all-reduces before this step
+        # plain all-reduces before this step: 2, the least DDP allows with error feedback or
+        # warm start (torch's default, 1000, is for long runs; the lessons' runs are ~100 steps)
+        self.start_powerSGD_iter = start_powerSGD_iter
         self.min_compression_rate = min_compression_rate
         self.epsilon, self.draw = epsilon, draw  # draw(seed, shapes, dtype) -> random Qs
         self.iter = 0  # steps done (a step ends with its last bucket)
