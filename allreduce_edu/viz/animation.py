@@ -167,9 +167,7 @@ class StepAnimation(BrowserWidget):
                 "held": [[sorted(ranks) for ranks in row] for row in state.held],
                 "values": (None if state.values is None else
                            [[_numbers_text(v) for v in row] for row in state.values]),
-                # in rank order: threads record their sends in whatever order they run
-                "messages": [self._message_data(e) for e in
-                             sorted(state.messages, key=lambda e: (e.src, e.dst, e.tag))]}
+                "messages": [self._message_data(e) for e in state.messages]}
 
     def _message_data(self, e) -> dict:
         # a run that wraps past the last chunk (lo < 0) leaves from the whole box
