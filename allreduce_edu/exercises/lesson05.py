@@ -176,3 +176,21 @@ def measured_crossover(rows, a: str = "tree", b: str = "ring") -> tuple[int | No
         if all(times[b, s] < times[a, s] for s in sizes[i:]):
             return (sizes[i - 1] if i > 0 else None, size)
     return None
+
+
+def interpolated_crossover(rows, a: str = "tree", b: str = "ring") -> float | None:
+    """From measured rows: the size in bytes where `b` becomes faster than `a`, on the straight
+    line between the two measured sizes around it (times are straight lines in the size).
+
+    None when `b` is not faster at the largest size; the smallest size when `b` is faster at
+    every size."""
+    found = measured_crossover(rows, a, b)
+    if found is None:
+        return None
+    below, first = found
+    if below is None:
+        return float(first)
+    times = {(r["algorithm"], r["bytes"]): r["time_us"] for r in rows}
+    # b's lead over a: ≤ 0 at `below` (a no slower), > 0 at `first`
+    lead_below, lead_first = (times[a, s] - times[b, s] for s in (below, first))
+    return below + (first - below) * -lead_below / (lead_first - lead_below)

@@ -97,3 +97,15 @@ def test_the_key_cells_pass(exercise):
     namespace = {"predict": predict}  # the lesson imports it near its top
     exec("\n".join([*body, f"result = {last}"]), namespace)  # noqa: S102 - our own key
     assert namespace["result"], namespace["result"]
+
+
+def test_interpolated_crossover_lies_where_the_measured_lines_cross():
+    from allreduce_edu.exercises.lesson05 import interpolated_crossover
+
+    rows = [{"algorithm": a, "bytes": s, "time_us": t} for a, s, t in [
+        ("tree", 8, 1), ("ring", 8, 3), ("tree", 1024, 2), ("ring", 1024, 3), ("tree", 2048, 6),
+        ("ring", 2048, 4)]]
+    assert interpolated_crossover(rows) == pytest.approx(1024 + 1024 * 1 / 3)  # lead -1, then +2
+    assert interpolated_crossover(rows, "ring", "tree") is None
+    faster = [dict(r, time_us=9) if r["algorithm"] == "tree" else r for r in rows]
+    assert interpolated_crossover(faster) == 8  # the ring is faster everywhere
