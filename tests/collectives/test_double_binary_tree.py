@@ -164,3 +164,12 @@ def test_ranks_disagreeing_on_the_algorithm_raise_mismatch(transport):
         cluster_for(transport, 4).run(_disagree)
     assert "rank 2 called" in str(info.value) and "algorithm='bruck'" in str(info.value), str(info.value)
     assert 2 in info.value.ranks
+
+
+@pytest.mark.parametrize("inter", ["double_binary_tree", "bruck"])
+def test_the_new_algorithms_run_between_nodes_in_hierarchical(inter):
+    from allreduce_edu.collectives.hierarchical import hierarchical
+
+    x = [np.arange(10.0) * (r + 1) for r in range(6)]
+    results = cluster_for("local", 6).run(lambda comm: hierarchical(comm, x[comm.rank], "sum", 2, inter))
+    assert all(np.array_equal(y, np.arange(10.0) * 21) for y in results)
