@@ -128,13 +128,12 @@ def nccl_tuning_lines(row) -> list[str]:
 
 # --- exercise 16.1: tree 2 from tree 1 ---------------------------------------------------------
 TREE2_SOLUTION = """def my_tree2(world_size, rank):
-    n = world_size
-    if n % 2 == 0:      # even N: mirror; rank r plays tree 1's rank n - 1 - r
-        relabel = lambda r: n - 1 - r
-        parent, children = btree(n, n - 1 - rank)
-    else:               # odd N: shift by one; rank r plays tree 1's rank r - 1
-        relabel = lambda r: (r + 1) % n
-        parent, children = btree(n, (rank - 1) % n)
+    if world_size % 2 == 0:   # even N: mirror; rank r plays tree 1's rank N - 1 - r
+        relabel = lambda r: world_size - 1 - r
+        parent, children = btree(world_size, relabel(rank))
+    else:                     # odd N: shift by one; rank r plays tree 1's rank r - 1
+        relabel = lambda r: (r + 1) % world_size
+        parent, children = btree(world_size, (rank - 1) % world_size)
     return (-1 if parent < 0 else relabel(parent)), [relabel(c) for c in children]"""
 
 
