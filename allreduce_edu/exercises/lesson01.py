@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import Cluster
-from .feedback import Feedback, failed, multiple_choice, passed
+from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - the notebook's
+from .spec import choice
 
 ECHO_SOLUTION = """def echo_doubled(comm):
     if comm.rank != 0:                         # rank 1: receive, and send back twice it
@@ -99,27 +100,29 @@ def check_echo(fn) -> Feedback:
                   "[0, 2, 4, 6, 8].")
 
 
-@exercise(
-    "01.3", "why small messages cost the same", kind="choice",
-    hints=("Both messages take about the same few hundred µs. Which term of t(n) = α + n·β does "
-           "not depend on n at all?",
-           "Work out the bytes' share for 4 KiB with your numbers: 4096 * beta is a few µs. What "
-           "is the rest of the time?"),
-    solution="""b: at 8 bytes and at 4 KiB almost all of the time is α, the fixed cost of one
-message (the gRPC call path, thread hand-offs, the kernel's loopback). The bytes themselves,
-n·β, add only a few µs at 4 KiB: nothing you can see next to α.""",
-    key="""from allreduce_edu.exercises.lesson01 import check_small_message_answer
-
-my_choice = "b"   # the fixed cost of every message, α, dominates small ones
-check_small_message_answer(my_choice)""")
-def check_small_message_answer(choice: str) -> Feedback:
-    """Exercise 01.3: why does an 8-byte message take as long as a 4 KiB one? (a, b or c)"""
-    answers = {
-        "a": ("no: 4 KiB at ~1 GB/s takes about 4 µs, far below the hundreds of µs you measured. "
-              "Look at the y-intercept."),
-        "b": "",
-        "c": "no: the data is copied once or twice, but copying 4 KiB takes about a microsecond.",
-    }
-    success = ("the fixed per-message cost α dominates small messages; bandwidth only matters "
-               "once n·β approaches α (here around tens to hundreds of KiB).")
-    return multiple_choice(choice, answers, right="b", success=success)
+check_small_message_answer = choice(
+    "01.3", "small messages on a faster network", module=__name__,
+    checker="check_small_message_answer",
+    question="On this laptop an 8-byte and a 4 KiB message take about the same time. On an "
+             "InfiniBand cluster with α = 2 µs and 1/β = 25 GB/s, how do they compare?",
+    options={
+        "a": "4 KiB takes far longer there: a fast link makes α negligible for any message.",
+        "b": "about the same again: there α/β is 50 KB, and 4 KiB is far below it.",
+        "c": "both take no measurable time: at 25 GB/s messages under 1 MiB are free.",
+        "d": "8 bytes takes longer: small messages wait to be batched with others.",
+    },
+    right="b",
+    slips={
+        "a": "α fell from about 0.3 ms to 2 µs, but β fell too. Compare the two terms of "
+             "α + n·β at n = 4096: 2 µs against 4096 / 25e9 s.",
+        "c": "a message still pays α, the fixed cost, before its first byte moves: 2 µs is "
+             "small but it is most of what a 4 KiB message costs there.",
+        "d": "the α-β model has no batching: each message costs α + n·β on its own. Which "
+             "term is larger at 8 bytes, and at 4 KiB?",
+    },
+    why="the bytes cost as much as the fixed part at n = α/β = 2e-6 × 25e9 = 50 KB (here about "
+        "0.3 ms × 1.5 GB/s ≈ 450 KB). Below that size every message costs about α, on any "
+        "network: small messages are latency-bound, and batching them is the cure.",
+    hints=("Write t(n) = α + n·β for both sizes on the cluster and compare the two terms.",
+           "The size where the two terms are equal is n = α/β. Work it out for the cluster; is "
+           "4 KiB below or above it?"))

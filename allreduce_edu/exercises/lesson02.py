@@ -12,9 +12,10 @@ import numpy as np
 
 from ..comm.errors import CollectiveTimeout
 from ..runtime import Cluster
-from .feedback import Feedback, failed, multiple_choice, passed
+from .feedback import Feedback, failed, passed
 from .harness import ranks_text, result_problem, run_learner
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - the notebook's
+from .spec import choice
 
 NAIVE_SOLUTION = """def my_naive_allreduce(comm, x):
     if comm.rank != 0:
@@ -201,29 +202,31 @@ def check_root_bytes(sent, received, world_size: int = 12, nbytes: int = 2 << 20
                   f"S = {nbytes / mib:g} MiB each way.")
 
 
-@exercise(
-    "02.3", "why the root is the bottleneck", kind="choice",
-    hints=("Look back at the table you counted above: whose bytes grow with N, and whose stay "
-           "at S?",
-           "Would another rank as the root, or faster additions, change how many bytes must "
-           "cross the root's one link?"),
-    solution="""a: every byte passes through the root's link, (N - 1)·S in and (N - 1)·S out,
-while each other rank moves only S each way. The root's link is busy N - 1 times longer than
-anyone else's, and that grows with N.""",
-    key="""from allreduce_edu.exercises.lesson02 import check_bottleneck_answer
-
-my_choice = "a"   # every byte crosses the root's link: (N − 1)·S each way
-check_bottleneck_answer(my_choice)""")
-def check_bottleneck_answer(choice: str) -> Feedback:
-    """Exercise 02.3: why is the root the bottleneck of the naive all-reduce? (a, b or c)"""
-    answers = {
-        "a": "",
-        "b": ("no: adding (N−1)·S bytes runs at memory speed (several GB/s) and is a small part of "
-              "the time. Count what crosses the root's link instead."),
-        "c": ("no: make any rank the root and it becomes the slow one. The imbalance is in the "
-              "algorithm — the trace shows the root moving N−1 times the bytes of any other rank."),
-    }
-    success = ("every byte of every rank passes through the root's one link, (N−1)·S in and "
-               "(N−1)·S out, while the other links carry S each way and sit idle most of the time. "
-               "More ranks, longer queue at the root: the time grows with N.")
-    return multiple_choice(choice, answers, right="a", success=success)
+check_bottleneck_answer = choice(
+    "02.3", "two roots instead of one", module=__name__, checker="check_bottleneck_answer",
+    question="A variant of the naive all-reduce on 8 ranks uses two roots: every rank sends the "
+             "first half of its buffer to rank 0 and the second half to rank 1, and each root "
+             "reduces and broadcasts its half. For large S, compared with one root it takes",
+    options={
+        "a": "about the same time: every rank still sends all S of its bytes.",
+        "b": "about twice as long: the two roots must also swap their halves.",
+        "c": "about half the time: each root's link carries (N − 1)·S/2 each way.",
+        "d": "about as long as the ring: splitting the root removes the bottleneck.",
+    },
+    right="c",
+    slips={
+        "a": "the total bytes do not set the time; the busiest link does. How many bytes cross "
+             "rank 0's link now, compared with one root?",
+        "b": "a root sends its other half to the other root like any rank does, S/2 bytes; that "
+             "adds one message, not a second round. Count the bytes on rank 0's link.",
+        "d": "the ring's busiest link carries 2(N − 1)/N·S ≈ 1.75·S at N = 8; two roots still "
+             "carry (N − 1)·S/2 = 3.5·S each way. Better, not gone.",
+    },
+    why="the time is set by the busiest link, and each root now receives and sends (N − 1) "
+        "halves instead of (N − 1) whole buffers. Split the root k ways and it falls k-fold; with "
+        "k = N roots, each reducing 1/N of the buffer, you have reduce-scatter + all-gather — "
+        "the idea the ring builds on.",
+    hints=("What sets the naive all-reduce's time: the total bytes, or the bytes on the busiest "
+           "link?",
+           "Count what rank 0 receives and sends now: a half-buffer from each of the N − 1 "
+           "others, and a half-buffer back to each."))

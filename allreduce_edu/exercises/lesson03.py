@@ -12,10 +12,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import Cluster
-from .feedback import Feedback, failed, multiple_choice, passed
+from .feedback import Feedback, failed, passed
 from .harness import run_learner, time_allreduce  # noqa: F401 - time_allreduce: for the notebook
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 from .ring_traffic import pipelined_problem, ring_explain, ring_problem
+from .spec import choice
 
 RING_SOLUTION = """def my_ring_allreduce(comm, x):
     n, r = comm.world_size, comm.rank
@@ -252,34 +253,28 @@ def check_pipelined_ring(fn, world_sizes=(3,), shapes=((10,), (100_003,)), segme
                   f"bytes.")
 
 
-@exercise(
-    "03.4", "why busbw falls with N here", kind="choice",
-    hints=("What is busbw = algbw · 2(N − 1)/N built to measure: a property of the algorithm, or "
-           "of each link?",
-           "On this laptop, what do all the rank processes share, and what does gRPC spend on "
-           "every byte?"),
-    solution="""c: busbw = algbw · 2(N-1)/N counts the bytes each rank's link must carry in a \
-ring, 2(N-1)/N·S, and
-that is the same load per link for any N: on a network where every rank has its own link, busbw \
-stays
-near the link's speed however many ranks you add. Here the "links" are gRPC calls, which cost CPU \
-per byte,
-and all N ranks share this machine's cores: more ranks, less CPU for each, lower busbw.""",
-    key="""from allreduce_edu.exercises.lesson03 import check_busbw_answer
-
-check_busbw_answer("c")""")
-def check_busbw_answer(choice: str) -> Feedback:
-    """Exercise 03.4: why busbw should not depend on N, and why here it does (a, b or c)."""
-    answers = {
-        "a": ("no: a ring's step count does grow with N, but that costs latency (2(N−1)·α), which "
-              "matters for small messages. busbw is about big ones, where each rank's bytes, "
-              "2(N−1)/N·S, barely change with N."),
-        "b": ("no: every rank keeps one connection to each neighbour, and the loopback interface "
-              "does not slow down with more of them. Look at what all the ranks share on this "
-              "machine."),
-        "c": "",
-    }
-    success = ("busbw = algbw · 2(N−1)/N measures what each rank's link carries, which is the same "
-               "for any N on a real network. Here the ranks share 2 CPU cores and gRPC spends CPU "
-               "on every byte, so each added rank takes CPU from the others.")
-    return multiple_choice(choice, answers, right="c", success=success)
+check_busbw_answer = choice(
+    "03.4", "the ring on 64 ranks instead of 8", module=__name__, checker="check_busbw_answer",
+    question="A ring all-reduce of S = 1 GiB runs on 8 ranks, then on 64, every rank with its "
+             "own 100 Gb/s link; at this size bytes, not α, set the time. On 64 ranks it takes",
+    options={
+        "a": "about 8× as long: every chunk must pass through 8× as many ranks.",
+        "b": "about 8× less: 64 ranks share the work, so each moves 1/8 as much.",
+        "c": "exactly as long: the ring's bytes per rank do not depend on N.",
+        "d": "about 1.1× as long: each rank sends 1.97 GiB instead of 1.75.",
+    },
+    right="d",
+    slips={
+        "a": "the chunks do travel further, but they also shrink to S/N, and all links work at "
+             "once. Count the bytes one rank sends: 2(N − 1) chunks of S/N.",
+        "b": "each chunk is 1/8 the size, but there are 8× as many steps. Multiply: 2(N − 1) "
+             "chunks of S/N bytes.",
+        "c": "close, but not exactly: 2(N − 1)/N·S approaches 2·S as N grows, from below. Work it "
+             "out for N = 8 and N = 64.",
+    },
+    why="each rank sends 2(N − 1)/N·S: 2·7/8 = 1.75 GiB on 8 ranks, 2·63/64 ≈ 1.97 GiB on 64, "
+        "so the time grows by 1.97/1.75 ≈ 1.125 while the world grows 8×. That is why busbw, "
+        "algbw·2(N − 1)/N, stays near the link speed at any N; only the 2(N − 1)·α term grows, "
+        "which matters for small messages.",
+    hints=("What does one rank send in a ring all-reduce: how many chunks, of what size?",
+           "Work out 2(N − 1)/N·S for N = 8 and N = 64, and take the ratio."))

@@ -10,8 +10,9 @@ import numpy as np
 
 from ..collectives import allreduce
 from ..runtime import Cluster
-from .feedback import Feedback, failed, multiple_choice, passed
+from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
+from .spec import choice
 
 TREE_SOLUTION = """def my_tree_reduce(comm, x):
     acc = np.array(x, copy=True)
@@ -230,33 +231,32 @@ def check_step_prediction(tree, recursive_doubling, world_size: int = 13) -> Fee
                   f"unfold) — the ring would take {2 * (world_size - 1)}.")
 
 
-@exercise(
-    "04.3", "why the tree wins small and loses large", kind="choice",
-    hints=("Price one step as α + (bytes in the step)·β. Which of the two terms matters at 8 "
-           "bytes, and which at 64 MiB?",
-           "Count for both algorithms: the tree takes 2⌈log2 N⌉ steps of S bytes each, the ring "
-           "2(N − 1) steps of S/N bytes each."),
-    solution="""a: a step costs about α + (bytes in the step)·β. At 8 bytes only α matters, and the
-tree takes 2⌈log2 N⌉ steps against the ring's 2(N-1). At 64 MiB the bytes matter: every tree step
-moves the whole buffer S, 2⌈log2 N⌉·S along the way, while the ring moves S/N per step,
-2(N-1)/N·S in all.""",
-    key="""from allreduce_edu.exercises.lesson04 import check_crossover_answer
-
-check_crossover_answer("a")""")
-def check_crossover_answer(choice: str) -> Feedback:
-    """Exercise 04.3: why does the tree beat the ring at 8 bytes but lose at 64 MiB? (a to d)"""
-    answers = {
-        "a": "",
-        "b": "no: nothing is compressed here, and the tree sends the same number of messages at "
-             "every size. Count the bytes in each step instead.",
-        "c": "no: the additions are the same work in both (each element is added N − 1 times), and "
-             "NumPy adds 64 MiB in milliseconds. The bytes on the wire are what differ.",
-        "d": "no: at 8 bytes the ring's N − 1 steps are all latency (α) — more steps means slower, "
-             "not more parallel. Compare the step counts and the bytes per step.",
-    }
-    success = ("small messages are priced by α per step (the tree has fewer steps); large ones by "
-               "bytes per step (the tree moves the whole buffer every step, the ring a 1/N chunk).")
-    return multiple_choice(choice, answers, right="a", success=success)
+check_crossover_answer = choice(
+    "04.3", "the tree/ring crossover on 1024 ranks", module=__name__,
+    checker="check_crossover_answer",
+    question="On 8 ranks of a real cluster (a link per rank) the tree beats the ring below a few "
+             "hundred KB. On 1024 ranks of the same network, the size where they cross is",
+    options={
+        "a": "much larger: the ring's steps grow like N, the tree's like log2 N.",
+        "b": "the same: the crossover is set by α/β, and the network is the same.",
+        "c": "much smaller: on 1024 ranks the ring's chunks are tiny and cheap.",
+        "d": "gone: above about 1000 ranks the tree wins at every size.",
+    },
+    right="a",
+    slips={
+        "b": "α/β sets the scale, but N sets the factor in front: the ring pays 2(N − 1)·α, the "
+             "tree 2·log2 N·α. Write both times at N = 1024.",
+        "c": "the ring's chunks shrink, but it then needs 2(N − 1) = 2046 steps, each paying α. "
+             "Which algorithm's latency grows faster with N?",
+        "d": "the tree still moves the whole buffer S in every one of its 2·log2 N steps, the "
+             "ring about 2·S in all. For large enough S the ring still wins.",
+    },
+    why="setting 2·log2 N·(α + S·β) equal to 2(N − 1)·α + 2(N − 1)/N·S·β gives a crossover of "
+        "about α/β·(N − 1 − log2 N)/(log2 N − 1): about 60× larger at N = 1024 than at N = 8. On "
+        "big worlds latency rules a wide range of sizes — why NCCL and MPI switch to trees there.",
+    hints=("Write both times as α-terms plus β-terms: how does each grow with N?",
+           "The ring's α-term is 2(N − 1)·α, the tree's 2·log2 N·α; its β-term 2·log2 N·S·β, the "
+           "ring's about 2·S·β. Which gap widens as N grows?"))
 
 
 def bytes_per_step(trace) -> dict[tuple[str, int], int]:

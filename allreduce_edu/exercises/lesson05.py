@@ -11,8 +11,9 @@ import numpy as np
 
 from ..bench import combine, measure
 from ..costmodel import crossover, predict
-from .feedback import Feedback, failed, multiple_choice, passed
+from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
+from .spec import choice
 
 #: the algorithms lesson 05 chooses among (lesson 04's four)
 CANDIDATES = ("ring", "tree", "recursive_doubling", "rabenseifner")
@@ -135,33 +136,32 @@ def check_crossover(nbytes, alpha: float = 10e-6, beta: float = 1 / 20e9,
                   f"2(N−1)α + 2(N−1)/N·Sβ; set them equal and solve for S.")
 
 
-@exercise(
-    "05.3", "why ring and tree differ in the last bits", kind="choice",
-    hints=("Every message arrives byte for byte, and all four algorithms add in float32, the "
-           "inputs' dtype. What else differs between them?",
-           "Write out one element's additions: the tree computes (x0 + x1) + (x2 + x3), the ring "
-           "((x1 + x2) + x3) + x0. Does float32 give the same answer for both groupings?"),
-    solution="""a: floating-point addition is not associative. Each partial sum is rounded to
-float32, so (x0 + x1) + (x2 + x3) (the tree) and ((x1 + x2) + x3) + x0 (the ring, for chunk 0)
-round differently. Both are equally good approximations of the exact sum; neither loses data on
-the wire.""",
-    key="""from allreduce_edu.exercises.lesson05 import check_float_order_answer
-
-check_float_order_answer("a")""")
-def check_float_order_answer(choice: str) -> Feedback:
-    """Exercise 05.3: why do ring and tree give different float32 bits? (a, b, c or d)"""
-    answers = {
-        "a": "",
-        "b": "no: every message arrives byte for byte (the wire carries raw bytes, and both "
-             "results are within rounding of the float64 sum). Look at the order of the additions.",
-        "c": "no: arrays travel as raw bytes, never as text; a round trip through text would be "
-             "much further off.",
-        "d": "no: both add in float32, the input's dtype (NumPy's `+=` on float32 arrays). They "
-             "add in different orders.",
-    }
-    success = ("rounding after every addition makes float addition non-associative: a different "
-               "grouping gives different last bits, equally close to the exact sum.")
-    return multiple_choice(choice, answers, right="a", success=success)
+check_float_order_answer = choice(
+    "05.3", "ring and tree on integers", module=__name__, checker="check_float_order_answer",
+    question="Ring and tree all-reduce the same float32 inputs and disagree in the last bits. "
+             "Run them instead on int32 token counts (no sum overflows). The two results",
+    options={
+        "a": "differ in the last bits too: any two orders of addition round differently.",
+        "b": "agree only when N is a power of two, so that the tree is balanced.",
+        "c": "differ on some machines: each CPU rounds its integer sums its own way.",
+        "d": "agree bit for bit: integer addition is exact, so any grouping gives one sum.",
+    },
+    right="d",
+    slips={
+        "a": "rounding happens only when a result has more digits than its type can hold: float "
+             "addition rounds, integer addition (without overflow) is exact.",
+        "b": "an unbalanced tree groups the additions differently, but for integers grouping "
+             "does not matter: (a + b) + c = a + (b + c) exactly.",
+        "c": "integer addition has one right answer and every CPU gives it (two's complement); "
+             "only floating point rounds.",
+    },
+    why="the float results differ because float addition rounds after every step, so it is not "
+        "associative and the ring and the tree group the additions differently. Integer addition "
+        "is exact and associative: any algorithm, any N, the same bits. Deterministic float "
+        "reductions need a fixed order instead (NCCL_ALGO pinned, or fixed-point sums).",
+    hints=("Why do float32 results depend on the order of the additions at all?",
+           "Does integer addition ever round? Then can the grouping of the additions change the "
+           "sum?"))
 
 
 def measured_crossover(rows, a: str = "tree", b: str = "ring") -> tuple[int | None, int] | None:

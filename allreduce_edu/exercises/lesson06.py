@@ -13,8 +13,9 @@ import timeit
 
 import numpy as np
 
-from .feedback import Feedback, failed, multiple_choice, passed
+from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
+from .spec import choice
 
 VARIANCE_SOLUTION = """def my_variance(row):
     mean = row.sum(dtype=np.float64) / len(row)                          # pass 1: the mean
@@ -205,37 +206,31 @@ def check_ceiling(seconds, copy_gbps: float, rows: int = 8192, hidden: int = 409
                   f"second.")
 
 
-@exercise(
-    "06.3", "why nogil lets a kernel overlap", kind="choice",
-    hints=("What does a gRPC receive thread need to run its Python code, and who holds it while a "
-           "compiled kernel runs?",
-           "Remember experiment 1: beside the kernel that holds the GIL the Python work waited for "
-           "the whole kernel; beside the nogil one it did not. Both ran in this process, on the "
-           "CPU."),
-    solution="""a: nogil=True makes Numba release the GIL while the compiled kernel runs. gRPC's
-threads in a rank hand every arriving frame to the mailbox in Python code, which needs the GIL:
-with it free, they keep receiving on the other core while the kernel reduces. A kernel that holds
-the GIL freezes every Python thread of its process until it returns.""",
-    key="""from allreduce_edu.exercises.lesson06 import check_nogil_answer
-
-check_nogil_answer("a")""")
-def check_nogil_answer(choice: str) -> Feedback:
-    """Exercise 06.3: why can a nogil=True kernel overlap with a rank's gRPC threads? (a to d)"""
-    answers = {
-        "a": "",
-        "b": "no: Numba runs the kernel in the calling thread of the same process, on the same "
-             "memory (nothing is copied). The question is what that thread holds while it runs.",
-        "c": "not quite: gRPC's C core runs without the GIL, but each arriving frame is handed to "
-             "the rank's mailbox by Python code, which needs the GIL. Remember experiment 1: "
-             "beside the GIL-holding kernel, the Python work waited for the whole kernel.",
-        "d": "no: there is no GPU here; Numba compiles for the CPU, and the kernel runs in the "
-             "calling thread.",
-    }
-    success = ("nogil=True releases the GIL for as long as the compiled code runs, so the rank's "
-               "gRPC threads (Python code that moves frames into the mailbox) keep running on the "
-               "other core. Without it, every Python thread of the process waits until the kernel "
-               "returns.")
-    return multiple_choice(choice, answers, right="a", success=success)
+check_nogil_answer = choice(
+    "06.3", "a kernel that holds the GIL", module=__name__, checker="check_nogil_answer",
+    question="A rank runs a 50 ms Numba kernel compiled without nogil=True while a 4 MiB message "
+             "arrives for it. The machine has 8 idle cores. The message is handed to the mailbox",
+    options={
+        "a": "once the kernel returns: the hand-off is Python and needs the GIL.",
+        "b": "at once: gRPC's threads are C++ and never need the GIL at all.",
+        "c": "at once: with 8 idle cores each Python thread gets a core of its own.",
+        "d": "never: a message that arrives while the GIL is held is dropped.",
+    },
+    right="a",
+    slips={
+        "b": "gRPC's C++ core receives the bytes without the GIL, but handing each frame to the "
+             "rank's mailbox runs Python code — and that needs the GIL.",
+        "c": "cores do not help Python threads: only the thread holding the GIL runs Python, "
+             "whatever the number of cores. The kernel holds it until it returns.",
+        "d": "nothing is lost: the frame waits in gRPC's buffers until a Python thread can take "
+             "it. It is late, not gone.",
+    },
+    why="compiled code holds the GIL unless it is told to release it. The gRPC thread that hands "
+        "the frame to the mailbox runs Python, so it waits 50 ms however many cores are idle; "
+        "with nogil=True the kernel lets go of the GIL and the hand-off runs beside it.",
+    hints=("Which part of receiving a message in this package runs Python code?",
+           "How many threads can run Python code at once, whatever the number of cores, and who "
+           "holds the GIL while the kernel runs?"))
 
 
 def median_seconds(call, repeat: int = 5) -> float:

@@ -13,10 +13,11 @@ import math
 from .. import kernels
 from ..collectives.ring import all_gather_ring, reduce_scatter_ring
 from ..runtime import Cluster, ship
-from .feedback import Feedback, failed, multiple_choice, passed
+from .feedback import Feedback, failed, passed
 from .fused_traffic import fused_explain, fused_on_rank, fused_problem
 from .harness import explain_error
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
+from .spec import choice
 
 FUSED_SOLUTION = """def my_fused(comm, x):
     pieces = np.array_split(x.copy(), comm.world_size, axis=0)   # whole rows; rank r owns piece r
@@ -150,35 +151,30 @@ def check_root_bytes(answer, world_size: int = 12, nbytes: int = 1 << 20) -> Fee
                   f"reduce rank 0 only receives. How many bytes does rank 0 send per step?")
 
 
-@exercise(
-    "07.3", "why fusion saves memory passes", kind="choice",
-    hints=("You counted the bytes: fused and unfused send exactly the same. The saving is not on "
-           "the wire. Where does the summed row live between the reduction and the norm?",
-           "Unfused, the all-reduce writes the sum to memory and LayerNorm reads it back, on every "
-           "rank, for every row. Fused, one kernel adds and normalises while the row is still in "
-           "cache — for how many of the rows?"),
-    solution="""b: the fused kernel reads acc and incoming once, sums them into a row that stays in
-cache for the mean and variance, and writes the normalised row once. Unfused, the sum is written to
-memory by the all-reduce and read back (twice, by a two-pass NumPy norm) — and every rank does it
-for every row, instead of 1/N of them. The bytes on the wire are the same (a).""",
-    key="""from allreduce_edu.exercises.lesson07 import check_fusion_answer, hint, solution
-
-check_fusion_answer("b")""")
-def check_fusion_answer(choice: str) -> Feedback:
-    """Exercise 07.3: why does fusing the norm into the reduce-scatter save memory passes?
-    (a, b, c or d)"""
-    answers = {
-        "a": "no: you counted them — fused, unfused and the ring all-reduce send exactly the same "
-             "bytes, 2(N−1)/N·S per rank. Fusion saves memory traffic and compute, not wire "
-             "traffic.",
-        "b": "",
-        "c": "no: the number of passes has nothing to do with the dtype; the kernel keeps its "
-             "statistics in float64 either way. Think about where the summed row lives between "
-             "the reduction and the norm.",
-        "d": "no: there is no GPU here; Numba compiles for the CPU. The saving is in reads and "
-             "writes of memory.",
-    }
-    success = ("the fused kernel reads acc and incoming once, keeps the summed row in cache for "
-               "the mean and the variance, and writes the normalised row once — the sum never "
-               "makes a round trip through memory, and each rank touches 1/N of the rows.")
-    return multiple_choice(choice, answers, right="b", success=success)
+check_fusion_answer = choice(
+    "07.3", "LayerNorm work per rank when N doubles", module=__name__,
+    checker="check_fusion_answer",
+    question="The same (rows, hidden) activations go from N = 8 to N = 16 ranks. How does each "
+             "rank's LayerNorm work change in the unfused variant and in the fused ring?",
+    options={
+        "a": "both halve: the norm follows the chunks, and the chunks halve.",
+        "b": "neither changes: LayerNorm's work is rows × hidden, whatever N is.",
+        "c": "unfused unchanged, fused halved: only the fused ring splits rows.",
+        "d": "fused doubles: each rank adds twice as many partials before it.",
+    },
+    right="c",
+    slips={
+        "a": "the unfused variant normalises after its all-reduce has finished, on the whole "
+             "(rows, hidden) array that every rank now holds: chunks play no part.",
+        "b": "that is the total work of one LayerNorm. Who does it? In the unfused variant every "
+             "rank does all of it; in the fused ring each rank its own rows.",
+        "d": "a rank's reduce-scatter adds N − 1 partials of 1/N of the rows, about one buffer "
+             "whatever N is; and it normalises only its own 1/N of the rows.",
+    },
+    why="the unfused variant all-reduces, then every rank normalises every row: the same work at "
+        "any N, done N times over. The fused ring normalises each row once, on the rank that "
+        "finishes its sum, inside the last reduce step: 1/N of the rows each, halved when N "
+        "doubles — and the normalised rows are what the all-gather sends.",
+    hints=("After an unfused all-reduce, which rows does each rank normalise?",
+           "In the fused ring, a rank normalises the rows whose sum it finishes. What fraction "
+           "of the rows is that, at N = 8 and at N = 16?"))

@@ -16,8 +16,9 @@ from ..training import (
     shard,
     train_single,
 )
-from .feedback import Feedback, failed, multiple_choice, passed
+from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
+from .spec import choice
 
 AVERAGE_SOLUTION = """def average_gradients(comm, grads):
     # one sum all-reduce per gradient, then one division; allreduce returns a new array
@@ -240,31 +241,31 @@ def check_message_prediction(per_tensor, one_bucket, tensors: int = 10,
                   f"counts {counted[0]} and {counted[1]}. Bucketing divides the α cost by {t}.")
 
 
-@exercise(
-    "08.3", "why bucketing helps small tensors only", kind="choice",
-    hints=("Write one all-reduce's time with the α-β model: 2(N − 1)·α + 2(N − 1)/N·S·β. Which "
-           "of the two terms does bucketing change?",
-           "Bucketing turns T all-reduces into one: it saves (T − 1)·2(N − 1)·α and sends the same "
-           "bytes. When is α most of an all-reduce's time?"),
-    solution="""b: every all-reduce pays the fixed latency 2(N-1)·α once, whatever it carries. Small
-tensors are all latency, so putting T of them in one bucket saves (T-1)·2(N-1)·α. Big tensors are
-all bytes: the ring's 2(N-1)/N·S·β is the same whether S travels in one all-reduce or in many, so
-there is little left to save.""",
-    key="""from allreduce_edu.exercises.lesson08 import check_bucketing_answer, hint, solution
-
-check_bucketing_answer("b")""")
-def check_bucketing_answer(choice: str) -> Feedback:
-    """Exercise 08.3: why does bucketing help small tensors but not big ones? (a, b, c or d)"""
-    answers = {
-        "a": "no: a bucket is split into N chunks by the ring just as a big tensor is. The "
-             "question is what a message costs: look at where α and β enter the model.",
-        "b": "",
-        "c": "no: a bucket holds exactly the same bytes as the tensors in it (count them with "
-             "trace.bytes_sent()); nothing is compressed.",
-        "d": "no: a tensor bigger than the cap goes into a bucket of its own and is all-reduced "
-             "like any other.",
-    }
-    success = ("each all-reduce pays 2(N-1)·α once; small tensors are all α, so one bucket saves "
-               "(T-1)·2(N-1)·α, while big ones are all bytes — 2(N-1)/N·S·β — and bytes are not "
-               "saved.")
-    return multiple_choice(choice, answers, right="b", success=success)
+check_bucketing_answer = choice(
+    "08.3", "bucketing on a lower-latency network", module=__name__,
+    checker="check_bucketing_answer",
+    question="You move the same MLP and the same buckets to a network whose α is ten times "
+             "smaller, with the same β. Compared with before, bucketing its small tensors saves",
+    options={
+        "a": "more time: buckets send big messages, and big messages gain the most.",
+        "b": "less time: what it saves, 2(N − 1)·α per tensor, is ten times smaller.",
+        "c": "the same time: it saves the same number of messages as before.",
+        "d": "no time at all: with a small α every small tensor is bandwidth-bound.",
+    },
+    right="b",
+    slips={
+        "a": "a bucket sends the same bytes the separate tensors would; its gain is the α of the "
+             "all-reduces it avoids. What happened to α?",
+        "c": "the count of saved messages is the same, but what is each one worth now? A "
+             "message's fixed cost is α.",
+        "d": "smaller α moves the point where bytes take over, α/β, down tenfold; tensors below "
+             "the new α/β are still latency-bound, and bucketing still helps them.",
+    },
+    why="bucketing k tensors into one all-reduce saves (k − 1) all-reduces' fixed cost, "
+        "2(N − 1)·α each, and sends the same bytes. Cut α tenfold and the saving falls tenfold: "
+        "the faster the network's latency, the bigger a tensor must be before bucketing stops "
+        "mattering — lower, not higher.",
+    hints=("Bucketing changes how many all-reduces run, not how many bytes they send. What does "
+           "each all-reduce cost apart from its bytes?",
+           "The saving is (number of all-reduces avoided) × 2(N − 1)·α. What happens to it when "
+           "α is ten times smaller?"))

@@ -12,8 +12,9 @@ from ..comm.links import Links
 from ..costmodel import predict, predict_on_links
 from ..runtime import Cluster, missing, run_on_engine, ship
 from .engine_check import RingFailed, explain_failure, first_problem, ring_on_rank, with_prefix
-from .feedback import Feedback, failed, multiple_choice, passed
+from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
+from .spec import choice
 from .torch_names import TORCH_NAMES, names_cell, torch_name
 
 FIXED_SOLUTION = """def fixed_ring(comm, x):
@@ -239,31 +240,29 @@ def check_hierarchical_prediction(ring: float, hierarchical: float,
                   f"crosses the slow link, in a ring of M = {nodes} instead of N = {n}.")
 
 
-@exercise(
-    "09.4", "what in-network reduction saves", kind="choice",
-    hints=("The switch still adds every element, so the arithmetic is not what is saved. What "
-           "changes in what each rank sends, and in how often the data goes around?",
-           "Each rank sends its S bytes up the switch once and gets the finished S back once. "
-           "Compare that with the ring's 2(N − 1)/N·S each way, over 2(N − 1) steps."),
-    solution="""b: the switch adds the data as it passes through, so each rank sends its S bytes up
-once and receives the finished S once: S per rank instead of the ring's 2(N-1)/N·S, about half for
-large N, and a few hops of latency (up and down the switch tree) instead of 2(N-1) steps. The
-additions still happen, in the switch.""",
-    key="""from allreduce_edu.exercises.lesson09 import check_in_network_answer, hint, solution
-
-check_in_network_answer("b")""")
-def check_in_network_answer(choice: str) -> Feedback:
-    """Exercise 09.4: what in-network reduction (SHARP, NVLink SHARP) saves (a, b, c or d)."""
-    answers = {
-        "a": "no: the switch still adds every element; it saves the trips, not the work. What "
-             "does each rank send?",
-        "b": "",
-        "c": "no: floats added in the switch round like any other float additions; the order is "
-             "fixed by the switch tree, which makes results reproducible, not exact.",
-        "d": "no: each rank still receives the whole result, S bytes; what shrinks is what it "
-             "sends and how often data goes around.",
-    }
-    success = ("each rank sends S once and receives S once, instead of 2(N−1)/N·S each way in the "
-               "ring: about half the traffic, and a few switch hops of latency instead of 2(N−1) "
-               "steps.")
-    return multiple_choice(choice, answers, right="b", success=success)
+check_in_network_answer = choice(
+    "09.4", "in-network reduction on 2 ranks", module=__name__,
+    checker="check_in_network_answer",
+    question="In-network reduction (SHARP) lets the switch add: each rank sends S once and "
+             "receives S once. On N = 2 ranks, compared with a ring, each rank sends",
+    options={
+        "a": "half the bytes: the switch adds both buffers, so a rank sends S/2.",
+        "b": "about half: a ring rank sends about 2·S at any N, SHARP sends S.",
+        "c": "no bytes at all: the switch reads the ranks' memory by itself.",
+        "d": "the same bytes: at N = 2 a ring rank sends 2(N − 1)/N·S = S too.",
+    },
+    right="d",
+    slips={
+        "a": "each rank's S bytes must reach the switch before it can add them: a rank sends all "
+             "of S, once.",
+        "b": "2·S is the ring's limit for large N; the exact count is 2(N − 1)/N·S. Work it out "
+             "at N = 2.",
+        "c": "the bytes still leave each rank over its link (RDMA makes the copy cheap, not "
+             "free); SHARP sends them once, S per rank.",
+    },
+    why="a ring rank sends 2(N − 1)/N·S, which is S at N = 2 and grows toward 2·S: in-network "
+        "reduction halves the bytes only for large N. At N = 2 it still saves latency (one trip "
+        "through the switch instead of 2(N − 1) = 2 steps), and rounding order becomes the "
+        "switch's.",
+    hints=("Work out the ring's bytes per rank, 2(N − 1)/N·S, at N = 2.",
+           "With SHARP each rank sends its S bytes to the switch once. Compare the two numbers."))

@@ -20,8 +20,9 @@ from ..sharded.overlap import (  # noqa: F401 - zero3_pass: the notebook's
     predict_exposed,
     zero3_pass,
 )
-from .feedback import Feedback, failed, multiple_choice, passed
+from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, solution  # noqa: F401 - notebook
+from .spec import choice
 
 # the lesson's MLP (64, 256, 256, 256, 256, 8) in float64: each layer's W and b, in bytes
 MLP_LAYER_BYTES = [133_120, 526_336, 526_336, 526_336, 16_448]
@@ -244,33 +245,30 @@ def check_no_overlap(answer, layer_bytes=tuple(MLP_LAYER_BYTES), alpha: float = 
 
 
 # --- 12.3 ------------------------------------------------------------------------------------
-@exercise(
-    "12.3", "why overlap hides the link but not gRPC", kind="choice",
-    hints=("What does a rank's CPU do while a message crosses the emulated link, and what does "
-           "it do while gRPC sends the same bytes?",
-           "Overlap hides time only if the hidden work does not need what backward needs. Here "
-           "four ranks share two cores."),
-    solution="""b: behind the emulated link a rank mostly waits — it sleeps for α + bytes·β, as a
-GPU waits while its NIC moves the bytes — and backward can use that idle time. Over gRPC the
-communication is CPU work (serialising, copying, Python) on the same two cores that backward
-needs, so moving it under backward makes backward slower by about as much as it hides.""",
-    key="""from allreduce_edu.exercises.lesson12 import check_overlap_answer, hint, solution
-
-my_choice = "b"   # the link's time is idle waiting; gRPC's is CPU work on the shared cores
-check_overlap_answer(my_choice)""")
-def check_overlap_answer(choice: str) -> Feedback:
-    """Exercise 12.3: why overlap hides a lot behind the emulated link, little on gRPC alone."""
-    answers = {
-        "a": "no: both runs all-reduce the same gradients, byte for byte. What differs is what "
-             "the CPU does while they travel.",
-        "b": "",
-        "c": "no: NumPy releases the GIL in its matrix products, and the same communication "
-             "thread does overlap behind the emulated link. Look at what the thread costs.",
-        "d": "no: without overlap gRPC left tens of ms exposed, measured above; there was time "
-             "to hide, it just was not idle time.",
-    }
-    success = ("overlap hides waiting, not work. A link's time is idle for the CPU (on a GPU, "
-               "the NIC and the copy engines move the bytes); gRPC's time is CPU work on the "
-               "cores backward needs. That is why NCCL runs on its own stream and SMs, and why "
-               "DDP on CPUs gains less.")
-    return multiple_choice(choice, answers, right="b", success=success)
+check_overlap_answer = choice(
+    "12.3", "overlap over gRPC on a 16-core machine", module=__name__,
+    checker="check_overlap_answer",
+    question="Over gRPC on this 2-core machine, overlap hid exposed time but hardly shortened the "
+             "step. Run the same 4 ranks and buckets on a machine with 16 idle cores. Overlap now",
+    options={
+        "a": "shortens the step more: gRPC's CPU work runs on cores backward does not use.",
+        "b": "still hardly helps: overlap can hide waiting on a link, never CPU work.",
+        "c": "still hardly helps: the bytes are the same, and overlap cannot cut bytes.",
+        "d": "makes the step longer: more cores mean more threads fighting for the links.",
+    },
+    right="a",
+    slips={
+        "b": "CPU work overlaps with other CPU work when there are cores to run both. On 2 cores "
+             "there were none to spare; on 16 there are.",
+        "c": "overlap never cuts bytes; it runs the communication while backward computes, so "
+             "the step is shorter when both can proceed at once. Can they on 16 cores?",
+        "d": "loopback gRPC is bound by the CPU that copies and frames the bytes, not by a link; "
+             "more cores give that work room.",
+    },
+    why="behind the emulated link a rank mostly waits, and backward fills the wait. Over gRPC "
+        "the communication is CPU work; on 2 cores it takes its turns with backward, so it only "
+        "moves. With spare cores both run at once and the hidden time comes off the step — "
+        "which is why NCCL gives communication its own resources (SMs, channels).",
+    hints=("On 2 cores, why did hiding the communication not shorten the step: what did the "
+           "communication and backward compete for?",
+           "With 16 idle cores, do they still compete for it?"))

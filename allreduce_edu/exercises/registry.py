@@ -46,6 +46,7 @@ class Exercise:
     todo: str = ""  # what "not attempted yet" asks for
     check: object = None  # the decorated checker
     last: tuple | None = None  # (answer, Feedback) of the last check
+    spec: object = None  # choice/number/names: what spec.py generated (cells, question, options)
 
     @property
     def lesson(self) -> str:
