@@ -114,8 +114,8 @@ def choice(id: str, title: str, *, module: str, checker: str, question: str,
     return _register(id, title, "choice", cell, check, signature, hints,
                      f"{right}: {options[right]}\n\n{why}",
                      f'replace "?" with the letter of your answer ({listed}), then run this cell '
-                     f"again.", None, _markdown(id, "explain", question, options), options=dict(options),
-                     right=right)
+                     f"again.", None, _markdown(id, "explain", question, options),
+                     options=dict(options), right=right)
 
 
 # --- number ----------------------------------------------------------------------------------
