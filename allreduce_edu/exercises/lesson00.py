@@ -69,11 +69,13 @@ def check_welcome_prediction(answer, world_size: int = 4) -> Feedback:
     "00.2", 'all-reduce with op="max"', kind="code", function="my_max", solution=MAX_SOLUTION,
     explanation="Every rank gets [N − 1, 0]: the largest rank, and the largest of −rank "
                 "(rank 0's 0).",
-    hints=("Build this rank's array first: x = np.array([comm.rank, -comm.rank]).",
-           "Call allreduce_edu.allreduce(comm, x, op=...) as first_allreduce above does; "
-           'op="max" keeps the largest value of each element instead of adding them up.',
-           "Return what the all-reduce gives you: "
-           'return allreduce_edu.allreduce(comm, x, op="max").'),
+    hints=("Every rank calls the same collective, and the op decides how the ranks' values "
+           "combine. Build this rank's array first, from comm.rank as the exercise describes.",
+           'allreduce_edu.allreduce(comm, x, op=...) as first_allreduce above calls it; op="max" '
+           'keeps the largest value of each element instead of adding them up.',
+           'The key idea: you do not write the reduction, you choose it. Every rank passes its own'
+           ' array and the same op, and every rank gets back the element-wise maximum over all '
+           'ranks.'),
     key="""from allreduce_edu.exercises.lesson00 import check_max_allreduce
 
 """ + MAX_SOLUTION + """

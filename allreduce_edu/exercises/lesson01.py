@@ -63,12 +63,12 @@ def check_prediction(seconds: float, alpha: float, beta: float, nbytes: int = 64
     "01.2", "write a ping-pong", kind="code", function="echo_doubled", solution=ECHO_SOLUTION,
     explanation="Rank 1 returns what it received; the checker looks at rank 0's result, and at "
                 "the two messages in the trace.",
-    hints=("Branch on comm.rank: rank 0 does one half, rank 1 the other. Rank 0 starts with "
+    hints=('Branch on comm.rank: rank 0 does one half, rank 1 the other. Rank 0 starts with '
            'comm.send(1, np.arange(5), tag="ping").',
            'Rank 1 waits for that message with x = comm.recv(0, tag="ping") — the same tag — and '
            'sends 2 * x back to rank 0 with a tag of its own, say "pong".',
-           'Rank 0 ends with return comm.recv(1, tag="pong"): it receives from rank 1, with the '
-           "tag rank 1 used."),
+           'The key idea: a message arrives only where a recv names its sender and its tag. Rank 0'
+           ' must end by receiving from rank 1, with exactly the tag rank 1 used for its answer.'),
     key="""from allreduce_edu.exercises.lesson01 import check_echo
 
 """ + ECHO_SOLUTION + """

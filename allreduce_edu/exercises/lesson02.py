@@ -34,14 +34,14 @@ NAIVE_SOLUTION = """def my_naive_allreduce(comm, x):
     solution=NAIVE_SOLUTION,
     explanation="""x.copy() matters: `total = x` would make total another name for the root's x, and
 += would write the others' data into the caller's array.""",
-    hints=("Split on comm.rank. Every rank except 0 does two things: "
-           'comm.send(0, x, tag="reduce"), then return comm.recv(0, tag="broadcast") — the sum, '
-           "when the root sends it.",
-           "Rank 0 starts from a copy of its own x, total = x.copy() (so x stays as it was), and "
-           'adds what arrives from each other rank: total += comm.recv(src, tag="reduce") for '
-           "src in range(1, comm.world_size).",
-           "Then rank 0 sends total to every other rank with the tag they wait for, "
-           'comm.send(dst, total, tag="broadcast") for dst in 1 … N − 1, and returns total.'),
+    hints=('Two roles, split on comm.rank: the root (rank 0) collects and sends back; every other '
+           'rank sends its x to the root and then waits for the sum.',
+           "The root starts from a copy of its own x (so the caller's x stays as it was) and adds "
+           'the buffer each other rank sends, one recv per rank; tags tell the collecting messages'
+           ' from the sum that comes back.',
+           'The key idea: all the data meets in one place. The root adds the N − 1 other buffers '
+           'into its copy, then sends that one sum to each of the N − 1 others, who return what '
+           "they receive; every message is a whole buffer, through the root's one link."),
     key="""from allreduce_edu.exercises.lesson02 import check_naive_allreduce, hint, solution
 
 """ + NAIVE_SOLUTION + """

@@ -122,14 +122,15 @@ def _count(k: int, thing: str) -> str:
 @exercise(
     "03.1", "write the ring all-reduce", kind="code", function="my_ring_allreduce",
     solution=RING_SOLUTION,
-    hints=("Cut a copy of x into N chunks: pieces = np.array_split(x.reshape(-1).copy(), n). "
-           "Chunks may differ in length by one, and the copy keeps x unchanged.",
-           "Two loops of N − 1 steps. In reduce-scatter step s, rank r sends "
-           "pieces[(r − s − 1) % n] to the right and adds what arrives from the left into "
-           "pieces[(r − s − 2) % n]; afterwards rank r owns chunk r.",
-           "In all-gather step s, rank r forwards pieces[(r − s) % n] and stores what arrives in "
-           "pieces[(r − s − 1) % n]: pieces[into] = comm.sendrecv(right, pieces[out], left, "
-           "tag=\"all_gather\"). Finish with np.concatenate(pieces).reshape(x.shape)."),
+    hints=('Cut a copy of x into N chunks: pieces = np.array_split(x.reshape(-1).copy(), n). '
+           'Chunks may differ in length by one, and the copy keeps x unchanged.',
+           'Two loops of N − 1 steps. In reduce-scatter step s, rank r sends pieces[(r − s − 1) % '
+           'n] to the right and adds what arrives from the left into pieces[(r − s − 2) % n]; '
+           'afterwards rank r owns chunk r.',
+           'The key idea: each chunk travels once around the ring twice over. In reduce-scatter a '
+           "chunk picks up one rank's data per hop until its owner finishes it; in all-gather each"
+           ' finished chunk is forwarded, unchanged, until every rank has a copy — same index '
+           'rule, one step behind, storing instead of adding.'),
     key="""from allreduce_edu.exercises.lesson03 import check_ring_allreduce
 
 """ + RING_SOLUTION + """
@@ -219,15 +220,14 @@ one overlap the transfer
 of the next (NCCL cuts every chunk into slices for this). Here the additions are cheap next to \
 gRPC's per-byte
 CPU cost, and every extra message costs another α, so expect no gain — often a small loss.""",
-    hints=("Start from your ring, and cut every chunk once more: "
-           "pieces = [np.array_split(p, segments) for p in "
-           "np.array_split(x.reshape(-1).copy(), n)].",
-           "In each step, start every segment of the outgoing chunk with "
-           "sends = [comm.isend(right, seg, tag) ...], then recv the incoming segments one at a "
-           "time (seg += comm.recv(left, tag)), then wait on every send.",
-           "All-gather the same way: isend each segment of pieces[out], then "
-           "pieces[into] = [comm.recv(left, tag) for _ in range(segments)]; join with two "
-           "np.concatenate calls."),
+    hints=('Start from your ring, and cut every chunk once more: pieces = [np.array_split(p, '
+           'segments) for p in np.array_split(x.reshape(-1).copy(), n)].',
+           'In each step, start every segment of the outgoing chunk with comm.isend (it returns at'
+           ' once, with a request), then recv the incoming segments one at a time, then wait on '
+           'every request.',
+           "The key idea: the ring's schedule does not change, only the size of what moves. Every "
+           'segment of a chunk leaves before you wait for any, so segment k + 1 is on the wire '
+           'while you add segment k; all-gather forwards the segments the same way.'),
     key="""from allreduce_edu.exercises.lesson03 import check_pipelined_ring
 
 """ + PIPELINED_SOLUTION + """

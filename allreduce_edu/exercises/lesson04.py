@@ -64,13 +64,14 @@ def _why_failed(e: Exception) -> str:
 @exercise(
     "04.1", "write a binomial-tree reduce", kind="code", function="my_tree_reduce",
     solution=TREE_SOLUTION,
-    hints=("Keep a running partial sum, acc = x.copy(), and walk the bits of your rank, one per "
-           "step: distance = 1, 2, 4, … while distance < comm.world_size.",
-           "At each distance, a rank whose bit is set (comm.rank & distance) sends acc to "
-           "comm.rank − distance and returns: its part is done. The others stay in the loop.",
-           "A rank that stays adds its partner's partial, acc += comm.recv(comm.rank + distance, "
-           "\"reduce\"), but only when that partner exists (comm.rank + distance < "
-           "comm.world_size). Rank 0 leaves the loop holding the sum: return acc."),
+    hints=('Keep a running partial sum, acc = x.copy(), and walk the bits of your rank, one per '
+           'step: distance = 1, 2, 4, … while distance < comm.world_size.',
+           'At each distance, a rank whose bit is set (comm.rank & distance) sends acc to '
+           'comm.rank − distance and returns: its part is done. The others stay in the loop.',
+           'The key idea: every step halves the ranks still holding data. A rank that stays '
+           "receives its partner's partial, distance above it, and adds it in — but only when that"
+           ' partner exists (the world need not be a power of two); after the last step rank 0 '
+           'holds the sum.'),
     key="""from allreduce_edu.exercises.lesson04 import check_tree_reduce, hint, solution
 
 """ + TREE_SOLUTION + """

@@ -47,13 +47,14 @@ def _describe(alpha: float, beta: float) -> str:
 @exercise(
     "05.1", "choose the fastest algorithm by the model", kind="code", function="choose",
     solution=CHOOSE_SOLUTION, needs={"predict": predict},
-    hints=("No size thresholds needed: the model already prices every algorithm. Ask it for each "
+    hints=('No size thresholds needed: the model already prices every algorithm. Ask it for each '
            "of the four candidates' time and keep the fastest.",
-           "predict(algorithm, world_size, nbytes, alpha, beta) from allreduce_edu.costmodel "
-           "(imported at the top of this lesson) gives the predicted seconds. Mind its argument "
-           "order: world_size comes before nbytes.",
-           "Return the name whose predicted time is smallest: min over the four names, with "
-           "key=lambda algorithm: predict(algorithm, world_size, nbytes, alpha, beta)."),
+           'predict(algorithm, world_size, nbytes, alpha, beta) from allreduce_edu.costmodel '
+           '(imported at the top of this lesson) gives the predicted seconds. Mind its argument '
+           'order: world_size comes before nbytes.',
+           'The key idea: choosing is minimising. Price each candidate for this N, S, α and β, and'
+           " return the name whose price is lowest — the same question NCCL's tuner answers with "
+           'its own model.'),
     key="""from allreduce_edu.exercises.lesson05 import check_choose, hint, solution
 
 """ + CHOOSE_SOLUTION + """

@@ -127,12 +127,13 @@ def _variance_problem(what: str, row: np.ndarray, got: float) -> str | None:
 distances are small, so nothing large cancels. Or Welford's one pass (the running mean and the
 running sum of squared distances, updated per element):
 """ + WELFORD_SOLUTION,
-    hints=("E[x²] − E[x]² subtracts two huge, nearly equal numbers when the row has a large mean. "
-           "Find the mean first, then work only with the distances from it.",
-           "Two passes: mean = row.sum(dtype=np.float64) / len(row), then the mean of "
-           "(row - mean) ** 2. Divide by n = len(row), not n − 1, and return one number.",
-           "In one pass, Welford's update does it: for k, v in enumerate(row, start=1): "
-           "d = v − mean; mean += d / k; m2 += d * (v − mean). The variance is m2 / len(row)."),
+    hints=('E[x²] − E[x]² subtracts two huge, nearly equal numbers when the row has a large mean. '
+           'Find the mean first, then work only with the distances from it.',
+           'Two passes: the mean (accumulated in float64), then the mean of the squared distances '
+           'from it. Divide by n = len(row), not n − 1, and return one number.',
+           'The key idea: never square the big values themselves. Subtract the mean before '
+           'squaring, so every number you add is small and the rounding error stays small too '
+           "(Welford's update does the same in one pass)."),
     key="""from allreduce_edu.exercises.lesson06 import check_variance, hint, solution
 
 """ + VARIANCE_SOLUTION + """

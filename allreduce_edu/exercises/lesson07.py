@@ -38,16 +38,14 @@ FUSED_SOLUTION = """def my_fused(comm, x):
     explanation="""The sum and the norm are one pass over each rank's 1/N of the rows, and the bytes
 are a ring all-reduce's. (A world of one rank has no ring steps, so `last` never runs: there, call
 kernels.layernorm(x) instead.)""",
-    hints=("Cut a copy of x by rows, one piece per rank: np.array_split(x.copy(), "
-           "comm.world_size, axis=0). LayerNorm works on whole rows, so a row must never be split "
-           "between ranks.",
-           "reduce_scatter_ring(comm, pieces, \"sum\", last=...) runs the ring's reduce-scatter on "
-           "your pieces and calls last(acc, incoming) in place of its final addition. Give it a "
-           "function that adds and normalises at once: kernels.add_layernorm(acc, incoming, "
-           "out=acc).",
-           "After reduce-scatter each rank holds its own rows, normalised. all_gather_ring(comm, "
-           "pieces) passes them around until every rank has all of them: return "
-           "np.concatenate(all_gather_ring(comm, pieces), axis=0)."),
+    hints=('Cut a copy of x by rows, one piece per rank: np.array_split(x.copy(), comm.world_size,'
+           ' axis=0). LayerNorm works on whole rows, so a row must never be split between ranks.',
+           'reduce_scatter_ring(comm, pieces, "sum", last=...) runs the ring\'s reduce-scatter on '
+           'your pieces and calls last(acc, incoming) in place of its final addition; '
+           'kernels.add_layernorm adds and normalises at once.',
+           'The key idea: normalise a row where its sum is finished, and only there. The last '
+           'reduce step adds and normalises in one pass; the all-gather then spreads normalised '
+           'rows, so no rank normalises a row twice.'),
     key="""from allreduce_edu.exercises.lesson07 import check_fused, hint, solution
 
 """ + FUSED_SOLUTION + """

@@ -79,11 +79,13 @@ def _raised_hint(e: BaseException) -> str:
     solution=AVERAGE_SOLUTION,
     explanation="One all-reduce per tensor, then one division: a new list (allreduce never changes "
                 "its input).",
-    hints=("grads is a list of arrays of different shapes: all-reduce each one on its own. "
-           "allreduce_edu.allreduce(comm, g, op=\"sum\") returns a new array, the sum over all "
-           "ranks; it does not change g.",
-           "The average is that sum divided by comm.world_size. Build and return a new list with "
-           "[... for g in grads]: `g = ...` inside a for loop does not change the list."),
+    hints=('grads is a list of arrays of different shapes: all-reduce each one on its own.',
+           'allreduce_edu.allreduce(comm, g, op="sum") returns a new array, the sum over all '
+           'ranks; it does not change g. Build a new list: `g = ...` inside a for loop does not '
+           'change the list.',
+           'The key idea: each rank saw a different slice of the batch, so the full-batch gradient'
+           " is the average of the ranks' gradients — the sum over ranks divided by the number of "
+           'ranks, the same on every rank.'),
     key="""from allreduce_edu.exercises.lesson08 import check_average_gradients, hint, solution
 
 """ + AVERAGE_SOLUTION + """

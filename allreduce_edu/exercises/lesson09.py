@@ -44,16 +44,15 @@ BUILTIN = {"gloo": "torch.distributed.all_reduce", "mpi": "MPI_Allreduce"}
 by 3); a copy, since reshape and array_split return views and += would write into x; sendrecv
 instead of send then recv, since a send on gloo (and on MPI above its eager limit) returns only
 once the receiver has taken the message.""",
-    hints=("There are three things to fix: the chunks (every size must work), the input (x must "
-           "stay as it was) and the messages (no send may wait forever). The checker names them "
-           "one at a time; fix the one it names.",
-           "x.reshape(n, -1) needs the size to divide by N, and it is a view of x, so += on a "
-           "chunk writes into the caller's x. Cut a copy instead: np.array_split(x.reshape(-1)"
-           ".copy(), n), and join the chunks at the end with np.concatenate(...).reshape(x.shape).",
-           "On gloo, comm.send returns only once the receiver has taken the message, and in a "
-           "ring every rank sends first. Send and receive at once: chunks[into] += "
-           "comm.sendrecv(right, chunks[out], left, tag=\"rs\"), with right = (rank + 1) % n and "
-           "left = (rank − 1) % n; the same in the all-gather, with = instead of +=."),
+    hints=('There are three things to fix: the chunks (every size must work), the input (x must '
+           'stay as it was) and the messages (no send may wait forever). The checker names them '
+           'one at a time; fix the one it names.',
+           'x.reshape(n, -1) needs the size to divide by N, and it is a view of x, so += on a '
+           "chunk writes into the caller's x. Cut a copy with np.array_split instead, and join the"
+           ' chunks at the end.',
+           'The key idea for the last fix: on gloo and MPI a send may wait until the receiver '
+           'takes it, and in a ring every rank sends first, so all wait. Send and receive in one '
+           'call, which never deadlocks, in both phases.'),
     key="""from allreduce_edu.exercises.lesson09 import check_ring_on_engine, hint, solution
 
 """ + FIXED_SOLUTION + """

@@ -150,13 +150,14 @@ def _traffic_problem(sent: dict, length: int, n: int, rank: int, step: int) -> s
     needs={"reduce_scatter": reduce_scatter, "all_gather": all_gather, "adam": adam},
     explanation="""Data parallel's all-reduce cut in its two halves, Adam in between: the same
 bytes, 2(N−1)/N·S per rank, and 1/N of the optimizer state on each rank.""",
-    hints=("Three lines do the work: reduce_scatter(comm, grad) gives this rank shard r of the "
-           "gradient summed over all ranks (pieces of len(weights) // N, in rank order).",
-           "This rank's shard of the weights is weights[r * size:(r + 1) * size] with "
-           "size = len(weights) // comm.world_size. Copy it, then adam(shard, g, m, v, step, "
-           "lr): it updates shard, m and v in place and returns None.",
-           "return all_gather(comm, shard): every rank's updated shard, joined in rank order, is "
-           "the new full weights on every rank."),
+    hints=("Three collectives' worth of work: reduce_scatter(comm, grad) gives this rank shard r "
+           'of the gradient summed over all ranks (pieces of len(weights) // N, in rank order).',
+           "This rank's shard of the weights is weights[r * size:(r + 1) * size] with size = "
+           'len(weights) // comm.world_size. Copy it, then adam(shard, g, m, v, step, lr): it '
+           'updates shard, m and v in place and returns None.',
+           'The key idea: each rank updates only its own shard, with its own shard of the '
+           'optimiser state, then the ranks all-gather the updated shards — in rank order, that is'
+           ' the new full weights on every rank.'),
     key="""from allreduce_edu import all_gather, reduce_scatter
 from allreduce_edu.exercises.lesson11 import check_zero1_step, hint, solution
 from allreduce_edu.sharded.adam import adam

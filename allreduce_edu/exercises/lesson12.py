@@ -132,14 +132,15 @@ def _sizes(layer_bytes) -> set[int]:
 @exercise(
     "12.1", "choose the bucket size by the model", kind="code", function="choose_bucket",
     solution=CHOOSE_SOLUTION, needs={"predict_exposed": predict_exposed},
-    hints=("No rule of thumb needed: predict_exposed(backward_seconds, layer_bytes, bucket_bytes, "
-           "world_size, alpha, beta) prices any bucket size. Try several and keep the one that "
-           "leaves the least exposed.",
-           "Which sizes? A bucket closes once it holds at least bucket_bytes, so only sums of "
-           "consecutive layers give different buckets: from the smallest layer (one bucket per "
-           "layer) to sum(layer_bytes) (one bucket). Powers of two in between come close.",
-           "Return min(sizes, key=lambda size: predict_exposed(backward_seconds, layer_bytes, "
-           "size, world_size, alpha, beta))."),
+    hints=('No rule of thumb needed: predict_exposed(backward_seconds, layer_bytes, bucket_bytes, '
+           'world_size, alpha, beta) prices any bucket size. Try several and keep the one that '
+           'leaves the least exposed.',
+           'Which sizes? A bucket closes once it holds at least bucket_bytes, so only sums of '
+           'consecutive layers give different buckets: from the smallest layer (one bucket per '
+           'layer) to sum(layer_bytes) (one bucket). Powers of two in between come close.',
+           'The key idea: small buckets start early but pay α many times; big buckets pay α once '
+           'but start late. Price each candidate size with the model and return the one that '
+           'leaves the least communication exposed after backward.'),
     key="""from allreduce_edu.exercises.lesson12 import check_choose_bucket, hint, solution
 from allreduce_edu.sharded.overlap import predict_exposed
 
