@@ -7,7 +7,7 @@ import numpy as np
 from ..runtime import Cluster
 from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - the notebook's
-from .spec import choice
+from .spec import REQUIRED, Blank, Slip, choice, number
 
 ECHO_SOLUTION = """def echo_doubled(comm):
     if comm.rank != 0:                         # rank 1: receive, and send back twice it
@@ -18,45 +18,45 @@ ECHO_SOLUTION = """def echo_doubled(comm):
     return comm.recv(1, tag="pong")"""
 
 
-@exercise(
-    "01.1", "predict one 64 MiB message", kind="number",
-    todo="replace None with the seconds one 64 MiB message takes by the α-β model (from your "
-         "alpha and beta), then run this cell again.",
+check_prediction = number(
+    "01.1", "predict 64 messages of 1 MiB", module=__name__, checker="check_prediction",
+    question="Using your `alpha` and `beta`, how many **seconds** does it take to send 64 MiB as "
+             "64 messages of 1 MiB each, one after another? (Then compare it with one 64 MiB "
+             "message.)",
+    blanks=(Blank("my_seconds", "seconds: a number, or an expression with alpha and beta",
+                  "64 * (alpha + (1 << 20) * beta)"),),
+    inputs={"alpha": REQUIRED, "beta": REQUIRED, "messages": 64, "nbytes": 1 << 20},
+    call="alpha, beta", unit="seconds",
+    answer=lambda d: d.messages * (d.alpha + d.nbytes * d.beta),
+    slips=lambda d: [
+        Slip(d.alpha + d.messages * d.nbytes * d.beta, "that is one message of 64 MiB: α once. "
+             "Here each of the 64 messages pays its own α."),
+        Slip(d.alpha + d.nbytes * d.beta, "that is one message of 1 MiB; there are 64 of them, "
+             "one after another."),
+        Slip(1e3 * d.messages * (d.alpha + d.nbytes * d.beta),
+             "that looks like milliseconds: the checker wants seconds."),
+        Slip(d.messages * d.alpha, "that is the 64 α's alone: add the time to push the bytes "
+             "through, n·β per message."),
+        Slip(d.alpha, "that is α alone: every message also pays n·β, and there are 64 of them."),
+        Slip(d.messages * d.nbytes / d.beta, "check your units: β is seconds per byte, so the "
+             "bytes term is n·β (a multiplication)."),
+    ],
+    otherwise=lambda d, name, got: f"one message costs α + n·β; you are off by a factor "
+                                   f"{got / (d.messages * (d.alpha + d.nbytes * d.beta)):.2f}.",
+    success=lambda d: f"{d.messages * (d.alpha + d.nbytes * d.beta) * 1e3:.1f} ms: the bytes cost "
+                      f"the same as in one 64 MiB message, plus {d.messages - 1} more α "
+                      f"({(d.messages - 1) * d.alpha * 1e3:.1f} ms) — the price of cutting a "
+                      f"message into pieces.",
     hints=("This lesson's model prices one message of n bytes at t(n) = α + n·β, and the cells "
            "above left your α and β in the variables alpha and beta (seconds, and seconds per "
            "byte).",
-           "64 MiB is 64 × 2^20 = 67108864 bytes, 64 << 20 in Python. β is seconds per byte, so "
-           "the bytes cost n·β seconds; add the fixed α once."),
-    solution="""The model says t(n) = α + n·β. With n = 64 MiB = 67108864 bytes:
-    predicted = alpha + 67108864 * beta      # seconds
-For α ≈ 0.3 ms and 1/β ≈ 1.5 GB/s that is about 0.0003 + 0.045 = 0.045 s: bandwidth dominates.""",
-    key="""from allreduce_edu.exercises.lesson01 import check_prediction, hint, solution
-
-my_seconds = alpha + (64 << 20) * beta   # t(n) = α + n·β with n = 64 MiB
-check_prediction(my_seconds, alpha, beta)""")
-def check_prediction(seconds: float, alpha: float, beta: float, nbytes: int = 64 << 20) -> Feedback:
-    """Exercise 01.1: the α-β model's time for one message of `nbytes`, from your fitted α and β."""
-    try:
-        seconds = float(seconds)
-    except (TypeError, ValueError):
-        return failed("answer with a number of seconds (a number, or an expression using alpha "
-                      "and beta).")
-    expected = alpha + nbytes * beta
-    if not np.isfinite(seconds) or seconds <= 0:
-        return failed("a time must be a positive number of seconds.")
-    if abs(seconds - expected) <= 0.05 * expected:
-        return passed(f"{seconds * 1e3:.1f} ms: α is {alpha / expected:.1%} of it, n·β the rest — "
-                      f"bandwidth-bound.")
-    if abs(seconds - expected * 1e3) <= 0.05 * expected * 1e3:
-        return failed("that looks like milliseconds: the checker wants seconds.")
-    if abs(seconds - alpha) <= 0.05 * alpha:
-        return failed("that is α alone: add the time to push the bytes through, n·β.")
-    if (abs(seconds - nbytes / beta) <= 0.05 * nbytes / beta
-            or abs(seconds - beta * nbytes / 1e9) < 0.05 * expected):
-        return failed("check your units: β is seconds per byte, so the bytes term is n·β "
-                      "(a multiplication).")
-    return failed(f"the model says α + n·β with n = {nbytes} bytes; you are off by a factor "
-                  f"{seconds / expected:.2f}.")
+           "Price one 1 MiB message first (1 MiB = 1 << 20 bytes), then count how many of them "
+           "go, one after another."),
+    solution="""Each 1 MiB message costs α + n·β with n = 1 MiB = 1048576 bytes, and 64 of them go
+one after another:
+    predicted = 64 * (alpha + 1048576 * beta)      # seconds
+The bytes cost the same as one 64 MiB message (α + 64 MiB·β); the pieces add 63 more α. For
+α ≈ 0.3 ms and 1/β ≈ 1.5 GB/s that is 0.019 s of α beside 0.045 s of bytes.""")
 
 
 @exercise(

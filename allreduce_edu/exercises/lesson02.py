@@ -15,7 +15,7 @@ from ..runtime import Cluster
 from .feedback import Feedback, failed, passed
 from .harness import ranks_text, result_problem, run_learner
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - the notebook's
-from .spec import choice
+from .spec import MIB, Blank, Slip, choice, number
 
 NAIVE_SOLUTION = """def my_naive_allreduce(comm, x):
     if comm.rank != 0:
@@ -148,10 +148,36 @@ def _naive_problem(reports, trace, n: int, shape) -> str | None:
     return None
 
 
-@exercise(
-    "02.2", "count the root's bytes", kind="number", answers=("sent", "received"),
-    todo="replace both None with numbers of bytes (what the root sends, and what it receives), "
-         "then run this cell again.",
+check_root_bytes = number(
+    "02.2", "count the root's bytes", module=__name__, checker="check_root_bytes",
+    question="With N = 12 ranks and S = 2 MiB per rank, how many bytes does the root send, and "
+             "how many does it receive, in one naive all-reduce?",
+    blanks=(Blank("my_root_sent", "bytes the root sends: a number, or an expression",
+                  "(12 - 1) * (2 << 20)"),
+            Blank("my_root_received", "bytes the root receives", "(12 - 1) * (2 << 20)")),
+    inputs={"world_size": 12, "nbytes": 2 << 20}, unit="bytes", exact=True,
+    answer=lambda d: {"root_sent": (d.world_size - 1) * d.nbytes,
+                      "root_received": (d.world_size - 1) * d.nbytes},
+    slips=lambda d: [
+        Slip((d.world_size - 1) * d.nbytes / MIB, "that looks like MiB: answer in bytes, e.g. "
+             "3 * 1048576."),
+        Slip(d.world_size - 1, "that is the number of messages: each carries a whole buffer, "
+             f"S = {d.nbytes} bytes. Answer in bytes."),
+        Slip(d.world_size * d.nbytes, "that is N·S: the root does not send to or receive from "
+             "itself — count N − 1 peers."),
+        Slip(d.nbytes, "that is S, what each of the other ranks moves. The root talks to all "
+             "N − 1 of them."),
+        Slip(2 * (d.world_size - 1) * d.nbytes, "that is 2(N − 1)·S, the root's traffic in both "
+             "directions together; give each direction on its own."),
+        Slip((d.world_size - 1) * MIB, "that is (N − 1) × 1 MiB, the S of the table above; here "
+             f"each buffer is S = {d.nbytes / MIB:g} MiB = {d.nbytes} bytes."),
+    ],
+    otherwise="how many other ranks does the root hear from (and answer), and how many bytes is "
+              "each message?",
+    success=lambda d: f"the root receives and sends (N−1)·S = {d.world_size - 1} × {d.nbytes} = "
+                      f"{(d.world_size - 1) * d.nbytes} bytes each way "
+                      f"({(d.world_size - 1) * d.nbytes / MIB:g} MiB); every other rank moves "
+                      f"S = {d.nbytes / MIB:g} MiB each way.",
     hints=("Count the root's messages first: in the reduce half it hears from every other rank, in "
            "the broadcast half it answers each of them. How many other ranks are there with "
            "N = 12?",
@@ -160,46 +186,7 @@ def _naive_problem(reports, trace, n: int, shape) -> str | None:
     solution="""The root receives one buffer of S bytes from each of the N - 1 other ranks,
 and sends the sum back to each of them:
     sent = received = (N - 1) * S = 11 * 2097152 = 23068672 bytes   (22 MiB each way)
-Every other rank sends S = 2 MiB and receives S.""",
-    key="""from allreduce_edu.exercises.lesson02 import check_root_bytes
-
-my_root_sent = (12 - 1) * (2 << 20)       # the sum, once to each of the N − 1 other ranks
-my_root_received = (12 - 1) * (2 << 20)   # one x of S bytes from each of them
-check_root_bytes(my_root_sent, my_root_received)""")
-def check_root_bytes(sent, received, world_size: int = 12, nbytes: int = 2 << 20) -> Feedback:
-    """Exercise 02.2: bytes the naive root sends and receives (S = 2 MiB, N = 12 ranks)."""
-    expected = (world_size - 1) * nbytes
-    mib = 1 << 20
-    for name, value in (("sent", sent), ("received", received)):
-        try:
-            value = float(value)
-        except (TypeError, ValueError):
-            return failed(f"{name} must be a number of bytes.")
-        if value == expected:
-            continue
-        if value == expected / mib:
-            return failed(f"{name} = {value:g} looks like MiB: answer in bytes, e.g. "
-                          f"3 * 1048576.")
-        if value == world_size - 1:
-            return failed(f"{name} = {value:g} is the number of messages: each carries a whole "
-                          f"buffer, S = {nbytes} bytes. Answer in bytes.")
-        if value == world_size * nbytes:
-            return failed(f"{name} = N·S: the root does not send to or receive from itself — count "
-                          f"N−1 peers.")
-        if value == nbytes:
-            return failed(f"{name} = S: that is what each of the other ranks moves. The root talks "
-                          f"to all N−1 of them.")
-        if value == 2 * (world_size - 1) * nbytes:
-            return failed(f"{name} = 2(N−1)·S: that is the root's traffic in both directions "
-                          f"together; give each direction on its own.")
-        if nbytes != mib and value == (world_size - 1) * mib:
-            return failed(f"{name} = (N−1) × 1 MiB: that is the S of the table above; here each "
-                          f"buffer is S = {nbytes / mib:g} MiB = {nbytes} bytes.")
-        return failed(f"{name} = {value:g} bytes is not it: how many other ranks does the root "
-                      f"hear from (and answer), and how many bytes is each message?")
-    return passed(f"the root receives and sends (N−1)·S = {world_size - 1} × {nbytes} = {expected} "
-                  f"bytes each way ({expected / mib:g} MiB); every other rank moves "
-                  f"S = {nbytes / mib:g} MiB each way.")
+Every other rank sends S = 2 MiB and receives S.""")
 
 
 check_bottleneck_answer = choice(

@@ -16,7 +16,7 @@ from .feedback import Feedback, failed, passed
 from .harness import run_learner, time_allreduce  # noqa: F401 - time_allreduce: for the notebook
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 from .ring_traffic import pipelined_problem, ring_explain, ring_problem
-from .spec import choice
+from .spec import MIB, Blank, Slip, choice, number
 
 RING_SOLUTION = """def my_ring_allreduce(comm, x):
     n, r = comm.world_size, comm.rank
@@ -57,8 +57,19 @@ still arriving
     return np.concatenate([np.concatenate(p) for p in pieces]).reshape(x.shape)"""
 
 
-@exercise(
-    "03.0", "where chunk 2 is after 2 steps", kind="number",
+check_owner_prediction = number(
+    "03.0", "where chunk 2 is after 2 steps", module=__name__, checker="check_owner_prediction",
+    question="On 4 ranks, which rank holds chunk 2 after 2 steps of reduce-scatter (steps 0 and "
+             "1)?",
+    blanks=(Blank("my_holder", "which rank holds chunk 2 after 2 steps of reduce-scatter? (a "
+                  "rank)", "1"),),
+    inputs={"world_size": 4, "chunk": 2, "steps": 2}, exact=True,
+    answer=lambda d: _path(d)[d.steps],
+    slips=lambda d: [Slip(rank, _owner_slip(d, rank)) for rank in range(d.world_size)
+                     if rank != _path(d)[d.steps]],
+    otherwise=lambda d, name, got: f"there are {d.world_size} ranks, numbered 0 to "
+                                   f"{d.world_size - 1}.",
+    success=lambda d: _owner_success(d),
     todo="replace None with the rank (0 to 3) that holds chunk 2 after 2 steps of reduce-scatter, "
          "then run this cell again.",
     hints=("Chunk 2 starts its trip on the rank that sends it first: in the first step (step 0 in "
@@ -73,46 +84,40 @@ one rank's data per hop: after step 0 it is on rank 0 (the data of ranks 3 and 0
 step 1 on
 rank 1 (ranks 3, 0 and 1). The last step takes it to rank 2, which adds its own part: after \
 reduce-scatter
-rank r owns finished chunk r.""",
-    key="""from allreduce_edu.exercises.lesson03 import check_owner_prediction, hint, solution
-
-my_holder = 1   # which rank holds chunk 2 after 2 steps of reduce-scatter?
-check_owner_prediction(my_holder)""")
+rank r owns finished chunk r.""")
 
 
-def check_owner_prediction(rank, world_size: int = 4, chunk: int = 2, steps: int = 2) -> Feedback:
-    """Prediction 03.0: after `steps` reduce-scatter steps on 4 ranks, which rank holds chunk 2?"""
-    n = world_size
-    try:
-        rank = int(rank)
-    except (TypeError, ValueError):
-        return failed(f"answer with a rank number, 0 to {n - 1}.")
-    if not 0 <= rank < n:
-        return failed(f"there are {n} ranks, numbered 0 to {n - 1}.")
-    path = [(chunk + 1 + hop) % n for hop in range(n)]  # path[h]: where the chunk is after h steps
-    if rank == path[steps]:
-        rest = (f" It goes on to rank {chunk}, which adds the last part: after reduce-scatter "
-                f"rank r owns finished chunk r." if steps < n - 1 else
-                " After reduce-scatter rank r owns finished chunk r.")
-        return passed(f"rank {rank}: chunk {chunk} starts on rank {path[0]} and travels "
-                      f"{' → '.join(map(str, path[:steps + 1]))}, picking up one rank's data per "
-                      f"hop: after {_count(steps, 'step')} it holds the data of {steps + 1} "
-                      f"ranks.{rest}")
+def _path(d) -> list[int]:
+    """path[h]: the rank that holds chunk d.chunk after h steps of reduce-scatter."""
+    return [(d.chunk + 1 + hop) % d.world_size for hop in range(d.world_size)]
+
+
+def _owner_success(d) -> str:
+    path, n, steps, chunk = _path(d), d.world_size, d.steps, d.chunk
+    rest = (f" It goes on to rank {chunk}, which adds the last part: after reduce-scatter rank r "
+            f"owns finished chunk r." if steps < n - 1 else
+            " After reduce-scatter rank r owns finished chunk r.")
+    return (f"rank {path[steps]}: chunk {chunk} starts on rank {path[0]} and travels "
+            f"{' → '.join(map(str, path[:steps + 1]))}, picking up one rank's data per hop: after "
+            f"{_count(steps, 'step')} it holds the data of {steps + 1} ranks.{rest}")
+
+
+def _owner_slip(d, rank: int) -> str:
+    path, n, steps, chunk = _path(d), d.world_size, d.steps, d.chunk
     hop = path.index(rank)
     if hop == 0:
-        return failed(f"rank {rank} is where chunk {chunk} starts (in the first step rank r sends "
-                      f"chunk (r − 1) % N, and ({rank} − 1) % {n} = {chunk}). Follow it one hop "
-                      f"to the right per step, for {_count(steps, 'step')}.")
+        return (f"rank {rank} is where chunk {chunk} starts (in the first step rank r sends chunk "
+                f"(r − 1) % N, and ({rank} − 1) % {n} = {chunk}). Follow it one hop to the right "
+                f"per step, for {_count(steps, 'step')}.")
     if hop < steps:
-        return failed(f"rank {rank} holds chunk {chunk} after {_count(hop, 'step')}, with the data "
-                      f"of {hop + 1} ranks; follow it {_count(steps - hop, 'more hop')} to the "
-                      f"right.")
+        return (f"rank {rank} holds chunk {chunk} after {_count(hop, 'step')}, with the data of "
+                f"{hop + 1} ranks; follow it {_count(steps - hop, 'more hop')} to the right.")
     if hop == n - 1:
-        return failed(f"rank {rank} owns chunk {chunk} at the end of reduce-scatter, after all "
-                      f"N − 1 = {n - 1} steps; after {_count(steps, 'step')} the chunk is still "
-                      f"{_count(n - 1 - steps, 'hop')} short of it.")
-    return failed(f"chunk {chunk} reaches rank {rank} only after {_count(hop, 'step')}: count "
-                  f"the hops again, one per step from rank {path[0]}.")
+        return (f"rank {rank} owns chunk {chunk} at the end of reduce-scatter, after all N − 1 = "
+                f"{n - 1} steps; after {_count(steps, 'step')} the chunk is still "
+                f"{_count(n - 1 - steps, 'hop')} short of it.")
+    return (f"chunk {chunk} reaches rank {rank} only after {_count(hop, 'step')}: count the hops "
+            f"again, one per step from rank {path[0]}.")
 
 
 def _count(k: int, thing: str) -> str:
@@ -167,49 +172,57 @@ def check_ring_allreduce(fn, world_sizes=(3, 4), shapes=((10,), (1_000_003,), (2
                   f"differ by at most one element).")
 
 
-@exercise(
-    "03.2", "predict the ring's bytes per rank", kind="number",
-    todo="replace None with the number of bytes rank 0 sends, then run this cell again.",
-    hints=("Count messages first: how many steps has each phase, and how many chunks does a rank "
-           "send per step?",
-           "Each message is one chunk of S/N bytes; a rank sends N − 1 of them in each of the two "
-           "phases. Here S = 4 MiB = 4 << 20 bytes and N = 16."),
-    solution="""Each rank sends 2(N - 1) chunks of S/N bytes: N - 1 in reduce-scatter, N - 1 in \
-all-gather.
-    2 * (N - 1) / N * S = 2 * 15 / 16 * 4194304 = 7864320 bytes   (7.5 MiB)
-(4 MiB divides into 16 equal chunks, so this is exact.)""",
-    key="""from allreduce_edu.exercises.lesson03 import check_ring_bytes
+check_ring_bytes = number(
+    "03.2", "predict the ring's bytes on uneven chunks", module=__name__,
+    checker="check_ring_bytes",
+    question="x holds 1,000,003 float64 elements (S = 8,000,024 bytes), and N = 16 ranks run "
+             "your ring, which cuts x with `np.array_split`. How many bytes does rank 0 send in "
+             "all? (1,000,003 does not divide by 16.)",
+    blanks=(Blank("my_bytes", "bytes rank 0 sends: your own reasoning, a number or an "
+                  "expression", "(30 * 62500 + 4) * 8"),),
+    inputs={"world_size": 16, "count": 1_000_003}, unit="bytes", exact=True,
+    answer=lambda d: ring_bytes_sent(d.count, d.world_size),
+    slips=lambda d: [
+        Slip(2 * (d.world_size - 1) / d.world_size * d.count * 8, "that is 2(N − 1)/N·S, the "
+             "formula for equal chunks. np.array_split makes the first count % N chunks one "
+             "element longer: which chunks does rank 0 send, and how long is each?"),
+        Slip(2 * (d.world_size - 1) * (d.count // d.world_size) * 8, "that counts every chunk "
+             "as a short one: the first count % N chunks hold one element more."),
+        Slip(2 * (d.world_size - 1) * (d.count // d.world_size + 1) * 8, "that counts every "
+             "chunk as a long one: only the first count % N chunks hold the extra element."),
+        Slip(ring_bytes_sent(d.count, d.world_size) / MIB, "that looks like MiB: answer in "
+             "bytes."),
+        Slip(2 * d.count * 8, "2·S is the limit as N grows; each rank sends 2(N − 1) chunks, a "
+             "little less."),
+        Slip((d.world_size - 1) * d.count * 8, "(N − 1)·S is what the naive root sends; a ring "
+             "rank sends chunks, not whole buffers."),
+        Slip(2 * (d.world_size - 1), "that is the number of messages; add up the bytes of each."),
+    ],
+    otherwise="list the 2(N − 1) chunks rank 0 sends (N − 1 in each phase), the length of each "
+              "from np.array_split, and add them up, 8 bytes an element.",
+    success=lambda d: f"{ring_bytes_sent(d.count, d.world_size)} bytes: rank 0 sends every chunk "
+                      f"but its own in reduce-scatter and every chunk but chunk 1 in all-gather; "
+                      f"4 of those 30 are the long ones. 2(N−1)/N·S = "
+                      f"{2 * (d.world_size - 1) / d.world_size * d.count * 8:.0f} is the same "
+                      f"to within one element per chunk — the bound holds for any size.",
+    hints=("Count messages first: a rank sends N − 1 chunks in reduce-scatter and N − 1 in "
+           "all-gather. Which chunk indices does rank 0 send in each phase?",
+           "np.array_split(x, 16) on 1,000,003 elements gives 3 chunks of 62,501 (chunks 0, 1, 2) "
+           "and 13 of 62,500. Rank 0 sends chunks (0 − s − 1) % N in reduce-scatter step s and "
+           "(0 − s) % N in all-gather step s."),
+    solution="""Rank 0 sends chunks 15, 14, …, 1 in reduce-scatter (all but chunk 0) and chunks
+0, 15, …, 2 in all-gather (all but chunk 1). np.array_split makes chunks 0, 1 and 2 one element
+longer (62,501; the other 13 hold 62,500), and rank 0 sends two of them in each phase:
+    (30 × 62,500 + 4) × 8 = 15,000,032 bytes
+2(N − 1)/N·S = 15,000,045 — within one element per chunk.""")
 
-my_bytes = 2 * (16 - 1) * (4 << 20) // 16   # 2(N − 1) chunks of S/N bytes
-check_ring_bytes(my_bytes)""")
-def check_ring_bytes(answer, world_size: int = 16, nbytes: int = 4 << 20) -> Feedback:
-    """Exercise 03.2: bytes rank 0 sends in one ring all-reduce of S = 4 MiB on N = 16 ranks."""
-    try:
-        answer = float(answer)
-    except (TypeError, ValueError):
-        return failed("answer with a number of bytes.")
-    n, s, mib = world_size, nbytes, 1 << 20
-    expected = 2 * (n - 1) * s // n
-    if answer == expected:
-        return passed(f"2(N−1)/N·S = 2·{n - 1}/{n} × {s} = {expected} bytes "
-                      f"({expected / mib:g} MiB): {2 * (n - 1)} chunks of S/N = {s // n} "
-                      f"bytes. The naive root would send {(n - 1) * s}.")
-    hints = {
-        expected / mib: "that looks like MiB: answer in bytes.",
-        2 * s: f"2·S is the limit as N grows; with N = {n} each rank sends 2(N−1) chunks of S/N, "
-               f"a little less.",
-        (n - 1) * s // n: "that is reduce-scatter alone: all-gather sends as many bytes again.",
-        (n - 1) * s: "(N−1)·S is what the naive root sends; a ring rank sends chunks of S/N, not "
-                     "whole buffers.",
-        s // n: "that is one chunk, S/N: how many chunks does a rank send over both phases?",
-        2 * (n - 1): "that is the number of messages; multiply by the bytes in each, S/N.",
-        2 * (n - 1) * s: "each message is one chunk of S/N bytes, not the whole buffer.",
-    }
-    if s != mib:
-        hints.setdefault(2 * (n - 1) * mib // n,
-                         f"that is 2(N−1)/N × 1 MiB; here S = {s / mib:g} MiB = {s} bytes.")
-    return failed(hints.get(answer, f"{answer:g} bytes is not it: a rank sends N − 1 chunks in "
-                                    f"reduce-scatter and N − 1 in all-gather, each S/N bytes."))
+
+def ring_bytes_sent(count: int, world_size: int, rank: int = 0, itemsize: int = 8) -> int:
+    """Bytes `rank` sends in a ring all-reduce of `count` elements cut by np.array_split."""
+    n = world_size
+    q, extra = divmod(count, n)
+    size = lambda chunk: (q + (chunk % n < extra)) * itemsize  # noqa: E731 - np.array_split's
+    return sum(size(rank - s - 1) + size(rank - s) for s in range(n - 1))
 
 
 @exercise(

@@ -12,7 +12,7 @@ from ..collectives import allreduce
 from ..runtime import Cluster
 from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
-from .spec import choice
+from .spec import Blank, Slip, choice, number
 
 TREE_SOLUTION = """def my_tree_reduce(comm, x):
     acc = np.array(x, copy=True)
@@ -168,68 +168,66 @@ def count_steps(algorithm: str, world_size: int) -> int:
     return sum(trace_of(algorithm, world_size, count=world_size).steps().values())
 
 
-@exercise(
-    "04.2", "predict the steps on 13 ranks", kind="number", answers=("tree", "recursive_doubling"),
-    todo="replace both None with a number of steps (every phase counted), then run this cell "
-         "again.",
+check_step_prediction = number(
+    "04.2", "predict the steps on 13 ranks", module=__name__, checker="check_step_prediction",
+    question="On 13 ranks, how many steps in all (every phase counted, as "
+             "`sum(trace.steps().values())`) does a tree all-reduce take? And recursive doubling?",
+    blanks=(Blank("my_tree", "steps of a tree all-reduce on 13 ranks, all phases", "8",
+                  keyword="tree"),
+            Blank("my_recursive_doubling", "steps of a recursive-doubling all-reduce on 13 ranks",
+                  "5", keyword="recursive_doubling")),
+    inputs={"world_size": 13}, unit="steps", exact=True,
+    answer=lambda d: {"tree": count_steps("tree", d.world_size),
+                      "recursive_doubling": count_steps("recursive_doubling", d.world_size)},
+    slips=lambda d: _step_slips(d.world_size),
+    otherwise=lambda d, name, got: (
+        "the tree needs ⌈log2 N⌉ steps per phase, and it has two phases (reduce, broadcast)."
+        if name == "tree" else "count fold (1) + exchanges among p ranks, the largest power of "
+                               "two below N (log2 p), + unfold (1)."),
+    success=lambda d: _steps_success(d.world_size),
     hints=("Count phases first, then steps per phase. The tree's reduce and broadcast each take "
            "one step per level of the tree, ⌈log2 N⌉ — round up: 13 ranks need the depth of a "
            "16-rank tree.",
-           "Recursive doubling has one exchange phase, but only on a power of two: p = 8 of the 13 "
-           "ranks exchange for log2 8 steps, the 5 extra ranks fold into partners before (a step) "
-           "and get the result back after (a step)."),
+           "Recursive doubling has one exchange phase, but only on a power of two: p = 8 of the "
+           "13 ranks exchange for log2 8 steps, the 5 extra ranks fold into partners before (a "
+           "step) and get the result back after (a step)."),
     solution="""Tree: reduce then broadcast, ⌈log2 13⌉ = 4 steps each: 8 steps in all.
 Recursive doubling: 13 is not a power of two, so the 13 - 8 = 5 extra ranks fold into partners
 first (1 step), the 8 left exchange for log2 8 = 3 steps, and the result is unfolded back (1 step):
 5 steps. Check: cluster.trace.steps() after allreduce(..., algorithm=...) on a
-Cluster(13, transport="local").""",
-    key="""from allreduce_edu.exercises.lesson04 import check_step_prediction
+Cluster(13, transport="local").""")
 
-my_tree = 8                   # reduce + broadcast, ⌈log2 13⌉ = 4 steps each
-my_recursive_doubling = 5     # fold, log2 8 = 3 exchanges, unfold
-check_step_prediction(tree=my_tree, recursive_doubling=my_recursive_doubling)""")
-def check_step_prediction(tree, recursive_doubling, world_size: int = 13) -> Feedback:
-    """Exercise 04.2: total steps of a tree and of a recursive-doubling all-reduce on 13 ranks."""
-    try:
-        tree, recursive_doubling = float(tree), float(recursive_doubling)
-    except (TypeError, ValueError):
-        return failed("answer with two numbers of steps, such as my_tree = 3.")
-    if not (tree.is_integer() and recursive_doubling.is_integer()):
-        return failed("a number of steps is a whole number: count every phase's steps, rounding "
-                      "log2 where the algorithm does.")
-    tree, recursive_doubling = int(tree), int(recursive_doubling)
-    want_tree = count_steps("tree", world_size)
-    want_rd = count_steps("recursive_doubling", world_size)
-    log = (world_size - 1).bit_length()  # ⌈log2 N⌉
-    p = 1 << (world_size.bit_length() - 1)
-    if tree != want_tree:
-        if tree == log:
-            return failed(f"{log} is one phase: the tree all-reduce is a reduce and then a "
-                          f"broadcast, ⌈log2 {world_size}⌉ steps each.")
-        if tree in (world_size - 1, 2 * (world_size - 1)):
-            return failed(f"{tree} is the ring's count (N − 1 per phase); the tree's depth is "
-                          f"⌈log2 N⌉.")
-        if tree == 2 * (log - 1):
-            return failed(f"log2 {world_size} is not a whole number: round it up — {world_size} "
-                          f"ranks need a tree of depth {log}, as {1 << log} would.")
-        return failed("the tree needs ⌈log2 N⌉ steps per phase, and it has two phases (reduce, "
-                      "broadcast).")
-    if recursive_doubling != want_rd:
-        if recursive_doubling == p.bit_length() - 1:
-            return failed(f"{recursive_doubling} counts the exchanges among the {p} ranks left "
-                          f"after folding; {world_size} is not a power of two, so add the fold and "
-                          f"the unfold steps.")
-        if recursive_doubling == log:
-            return failed(f"recursive doubling does not round up: it folds the {world_size - p} "
-                          f"extra ranks into partners (a step), exchanges among {p} (log2 {p} "
-                          f"steps), then unfolds (a step).")
-        if recursive_doubling in (2 * log, 2 * (p.bit_length() - 1)):
-            return failed("recursive doubling has one exchange phase, not two: each step both "
-                          "reduces and spreads the result.")
-        return failed(f"count fold (1) + exchanges among p = {p} ranks (log2 p) + unfold (1).")
-    return passed(f"tree: {want_tree} steps ({want_tree // 2} reduce + {want_tree // 2} "
-                  f"broadcast); recursive doubling: {want_rd} (fold, {want_rd - 2} exchanges, "
-                  f"unfold) — the ring would take {2 * (world_size - 1)}.")
+
+def _step_slips(n: int) -> list:
+    log, p = (n - 1).bit_length(), 1 << (n.bit_length() - 1)  # ⌈log2 N⌉; the power of two below
+    return [
+        Slip(log, f"{log} is one phase: the tree all-reduce is a reduce and then a broadcast, "
+                  f"⌈log2 {n}⌉ steps each.", "tree"),
+        Slip(n - 1, f"{n - 1} is the ring's count per phase; the tree's depth is ⌈log2 N⌉.",
+             "tree"),
+        Slip(2 * (n - 1), f"{2 * (n - 1)} is the ring's count (N − 1 per phase); the tree's depth "
+                          f"is ⌈log2 N⌉.", "tree"),
+        Slip(2 * (log - 1), f"log2 {n} is not a whole number: round it up — {n} ranks need a tree "
+                            f"of depth {log}, as {1 << log} would.", "tree"),
+        Slip(p.bit_length() - 1, f"that counts the exchanges among the {p} ranks left after "
+                                 f"folding; {n} is not a power of two, so add the fold and the "
+                                 f"unfold steps.", "recursive_doubling"),
+        Slip(log, f"recursive doubling does not round up: it folds the {n - p} extra ranks into "
+                  f"partners (a step), exchanges among {p} (log2 {p} steps), then unfolds (a "
+                  f"step).", "recursive_doubling"),
+        Slip(2 * log, "recursive doubling has one exchange phase, not two: each step both reduces "
+                      "and spreads the result.", "recursive_doubling"),
+        Slip(2 * (p.bit_length() - 1), "recursive doubling has one exchange phase, not two: each "
+                                       "step both reduces and spreads the result.",
+             "recursive_doubling"),
+    ]
+
+
+def _steps_success(n: int) -> str:
+    tree, rd = count_steps("tree", n), count_steps("recursive_doubling", n)
+    return (f"tree: {tree} steps ({tree // 2} reduce + {tree // 2} broadcast); recursive "
+            f"doubling: {rd} (fold, {rd - 2} exchanges, unfold) — the ring would take "
+            f"{2 * (n - 1)}.")
 
 
 check_crossover_answer = choice(

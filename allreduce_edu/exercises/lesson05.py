@@ -7,13 +7,11 @@ model predicts.
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..bench import combine, measure
 from ..costmodel import crossover, predict
 from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
-from .spec import choice
+from .spec import Blank, Slip, choice, number
 
 #: the algorithms lesson 05 chooses among (lesson 04's four)
 CANDIDATES = ("ring", "tree", "recursive_doubling", "rabenseifner")
@@ -89,10 +87,32 @@ def check_choose(choose) -> Feedback:
                   "link.")
 
 
-@exercise(
-    "05.2", "predict the tree/ring crossover", kind="number",
-    todo="replace None with the crossover size in bytes (a number or an expression), then run this "
-         "cell again.",
+check_crossover = number(
+    "05.2", "predict the tree/ring crossover", module=__name__, checker="check_crossover",
+    question="On a cluster with α = 10 µs and 1/β = 20 GB/s, with 8 ranks: above how many "
+             "**bytes** is the ring faster than the tree? Work it out from the two formulas (no "
+             "`crossover` call!).",
+    setup="alpha_cluster, beta_cluster = 10e-6, 1 / 20e9",
+    blanks=(Blank("my_crossover", "bytes: a number, or an expression of alpha_cluster, "
+                  "beta_cluster", "8 * alpha_cluster / (4.25 * beta_cluster)"),),
+    inputs={"alpha": 10e-6, "beta": 1 / 20e9, "world_size": 8},
+    call="alpha_cluster, beta_cluster, world_size=8", unit="bytes",
+    answer=lambda d: crossover("tree", "ring", d.world_size, d.alpha, d.beta),
+    slips=lambda d: [
+        *[Slip(crossover("tree", "ring", d.world_size, d.alpha, d.beta) / scale,
+               f"that looks like {unit}: the checker wants bytes.")
+          for unit, scale in (("KiB", 1024), ("kB", 1000), ("MiB", 1 << 20), ("MB", 1e6))],
+        Slip(d.alpha / d.beta, f"α/β = {d.alpha / d.beta:,.0f} bytes is where one message's α "
+             f"equals its bytes·β. The crossover also depends on the step counts and bytes of "
+             f"each algorithm on {d.world_size} ranks: set the two formulas equal and solve for "
+             f"S."),
+        Slip(_one_phase_tree(d), "the tree has two phases, reduce and broadcast: 2·⌈log2 N⌉ "
+             "steps, each moving the whole buffer."),
+    ],
+    otherwise=lambda d, name, got: (
+        f"off by a factor {got / crossover('tree', 'ring', d.world_size, d.alpha, d.beta):.2f}: "
+        f"tree = 2⌈log2 N⌉(α + Sβ), ring = 2(N−1)α + 2(N−1)/N·Sβ; set them equal and solve for S."),
+    success=lambda d: _crossover_success(d),
     hints=("Write both times for N = 8 as a·α + b·S·β: the tree takes 2⌈log2 8⌉ steps, each "
            "moving the whole buffer S; the ring takes 2(N − 1) steps and moves 2(N − 1)/N·S "
            "along the way.",
@@ -103,38 +123,18 @@ def check_choose(choose) -> Feedback:
     ring: 2·(8 − 1)·α + 2·(8 − 1)/8·S·β = 14α + 1.75·S·β
     6α + 6Sβ = 14α + 1.75Sβ  →  S = 8α / (4.25β) ≈ 1.88·α/β
 With α = 10 µs and 1/β = 20 GB/s: α/β = 200,000 bytes, so S ≈ 376,000 bytes (≈ 367 KiB).
-crossover("tree", "ring", 8, alpha, beta) computes it.""",
-    key="""from allreduce_edu.exercises.lesson05 import check_crossover
+crossover("tree", "ring", 8, alpha, beta) computes it.""")
 
-alpha_cluster, beta_cluster = 10e-6, 1 / 20e9
-my_crossover = 8 * alpha_cluster / (4.25 * beta_cluster)   # 6α + 6·S·β = 14α + 1.75·S·β
-check_crossover(my_crossover, alpha_cluster, beta_cluster, world_size=8)""")
-def check_crossover(nbytes, alpha: float = 10e-6, beta: float = 1 / 20e9,
-                    world_size: int = 8) -> Feedback:
-    """Exercise 05.2: above which size (bytes) does the model make the ring faster than the tree?"""
-    want = crossover("tree", "ring", world_size, alpha, beta)
-    ratio = alpha / beta
-    if not isinstance(nbytes, (int, float, np.integer, np.floating)) or not nbytes > 0:
-        return failed("answer with a positive number of bytes.")
-    if abs(nbytes - want) <= 0.05 * want:
-        return passed(f"{want:,.0f} bytes ({want / 1024:,.0f} KiB) = {want / ratio:.2f}·α/β: below "
-                      f"it the tree's fewer steps win, above it the ring's smaller messages.")
-    for unit, scale in (("KiB", 1024), ("kB", 1000), ("MiB", 1 << 20), ("MB", 1e6)):
-        if abs(nbytes * scale - want) <= 0.05 * want:
-            return failed(f"that looks like {unit}: the checker wants bytes ({nbytes:g} {unit} = "
-                          f"{nbytes * scale:,.0f} B).")
-    if abs(nbytes - ratio) <= 0.05 * ratio:
-        return failed(f"α/β = {ratio:,.0f} bytes is where one message's α equals its bytes·β. The "
-                      f"crossover also depends on the step counts and bytes of each algorithm on "
-                      f"{world_size} ranks: set the two formulas equal and solve for S.")
-    log = (world_size - 1).bit_length()
-    ring_slope = 2 * (world_size - 1) / world_size
-    wrong_tree = (2 * (world_size - 1) - log) * alpha / ((log - ring_slope) * beta)
-    if abs(nbytes - wrong_tree) <= 0.05 * abs(wrong_tree):
-        return failed("the tree has two phases, reduce and broadcast: 2·⌈log2 N⌉ steps, each "
-                      "moving the whole buffer.")
-    return failed(f"off by a factor {nbytes / want:.2f}: tree = 2⌈log2 N⌉(α + Sβ), ring = "
-                  f"2(N−1)α + 2(N−1)/N·Sβ; set them equal and solve for S.")
+
+def _one_phase_tree(d) -> float:
+    log, slope = (d.world_size - 1).bit_length(), 2 * (d.world_size - 1) / d.world_size
+    return (2 * (d.world_size - 1) - log) * d.alpha / ((log - slope) * d.beta)
+
+
+def _crossover_success(d) -> str:
+    want = crossover("tree", "ring", d.world_size, d.alpha, d.beta)
+    return (f"{want:,.0f} bytes ({want / 1024:,.0f} KiB) = {want * d.beta / d.alpha:.2f}·α/β: "
+            f"below it the tree's fewer steps win, above it the ring's smaller messages.")
 
 
 check_float_order_answer = choice(

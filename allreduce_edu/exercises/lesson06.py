@@ -15,7 +15,7 @@ import numpy as np
 
 from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
-from .spec import choice
+from .spec import REQUIRED, Blank, Slip, choice, number
 
 VARIANCE_SOLUTION = """def my_variance(row):
     mean = row.sum(dtype=np.float64) / len(row)                          # pass 1: the mean
@@ -144,67 +144,59 @@ def check_variance(fn) -> Feedback:
     return try_variance(fn)
 
 
-def _ceiling_hints(itemsize: int) -> list[tuple[float, str]]:
-    """(answer / right answer, what it suggests) for the usual slips in exercise 06.2."""
-    bits = "that counts bits: GB/s is gigabytes per second, so use bytes (4 per float32)."
-    gib = "GB/s means 10^9 bytes per second here, not GiB (2^30)."
-    return [
-        (0.5, "that moves x only once: LayerNorm also writes its output, another rows × hidden × 4 "
-              "bytes."),
-        (2.0, "that counts x read twice (or more) plus the write: a good kernel keeps each row in "
-              "cache while it computes the mean and the variance, so x leaves memory only once — "
-              "read once, write once."),
-        (1.5, "that counts three arrays moved: that is add_layernorm (acc and incoming read, one "
-              "written). Plain LayerNorm reads x once and writes y once."),
-        (1e3, "that looks like milliseconds: the checker wants seconds."),
-        (1e6, "that looks like microseconds: the checker wants seconds."),
-        (8.0, bits),
-        (1 / 8, bits),
-        (1 / itemsize, "that counts elements, not bytes: each float32 is 4 bytes."),
-        (2 ** 30 / 1e9, gib),
-        (1e9 / 2 ** 30, gib),
-    ]
-
-
-@exercise(
-    "06.2", "predict LayerNorm's least time", kind="number",
-    todo="replace None with the least time in seconds (an expression using copy_gbps is fine), "
-         "then run this cell again.",
+check_ceiling = number(
+    "06.2", "predict LayerNorm's least time", module=__name__, checker="check_ceiling",
+    verb="predict the ceiling",
+    question="Using `copy_gbps`, the copy's bandwidth measured above, what is the least time (in "
+             "seconds) LayerNorm of an (8192, 4096) array can take when it reads x in float16 "
+             "(2 bytes an element) and writes y in float32 (4 bytes), as mixed-precision "
+             "training does?",
+    blanks=(Blank("my_seconds", "the least time in seconds: your reasoning, with copy_gbps "
+                  "(GB/s)", "8192 * 4096 * (2 + 4) / (copy_gbps * 1e9)"),),
+    inputs={"copy_gbps": REQUIRED, "rows": 8192, "hidden": 4096, "read_bytes": 2,
+            "write_bytes": 4},
+    call="copy_gbps", unit="seconds",
+    answer=lambda d: _ceiling(d),
+    slips=lambda d: [Slip(_ceiling(d) * factor, why) for factor, why in _ceiling_slips(d)],
+    otherwise=lambda d, name, got: (
+        f"you are off by a factor {got / _ceiling(d):.2f}: count the bytes LayerNorm must move at "
+        f"least (each element read once, at 2 bytes, and written once, at 4) and divide by the "
+        f"copy's bytes per second."),
+    success=lambda d: (
+        f"{_ceiling(d) * 1e3:.2f} ms: read x once (2 bytes an element) and write y once (4), "
+        f"{d.rows * d.hidden * (d.read_bytes + d.write_bytes):,} bytes at {d.copy_gbps:.1f} GB/s. "
+        f"No LayerNorm can beat that, so its GB/s (bytes read + written / time) is at most the "
+        f"copy's."),
     hints=("LayerNorm must read every element of x at least once and write every element of y "
-           "once. How many bytes is that for an (8192, 4096) float32 array?",
+           "once. How many bytes is that, when x is float16 and y float32?",
            "At best those bytes move as fast as the copy moved its own: seconds = bytes / "
            "(copy_gbps * 1e9), since GB/s is 10^9 bytes per second."),
-    solution="""LayerNorm must read x once and write y once: 2 · rows · hidden · 4 bytes for
-float32. At best it moves them as fast as a copy does:
-    seconds = 2 * 8192 * 4096 * 4 / (copy_gbps * 1e9)
-(268 MB; at 20 GB/s that is 13.4 ms). So the kernel's GB/s can at best equal the copy's.""",
-    key="""from allreduce_edu.exercises.lesson06 import check_ceiling
+    solution="""LayerNorm must read x once and write y once: rows · hidden · (2 + 4) bytes, x in
+float16 and y in float32. At best it moves them as fast as a copy does:
+    seconds = 8192 * 4096 * (2 + 4) / (copy_gbps * 1e9)
+(201 MB; at 20 GB/s that is 10.1 ms). So the kernel's GB/s can at best equal the copy's.""")
 
-my_seconds = 2 * 8192 * 4096 * 4 / (copy_gbps * 1e9)   # read x once, write y once, at copy speed
-check_ceiling(my_seconds, copy_gbps)""")
-def check_ceiling(seconds, copy_gbps: float, rows: int = 8192, hidden: int = 4096,
-                  itemsize: int = 4) -> Feedback:
-    """Exercise 06.2: the least time LayerNorm of a (rows, hidden) array takes at `copy_gbps`."""
-    try:
-        seconds = float(seconds)
-    except (TypeError, ValueError):
-        return failed("answer with a number of seconds.")
-    if not math.isfinite(seconds) or seconds <= 0:
-        return failed("a time must be a positive number of seconds.")
-    nbytes = rows * hidden * itemsize
-    bw = copy_gbps * 1e9
-    expected = 2 * nbytes / bw
-    ratio = seconds / expected
-    if abs(ratio - 1) <= 0.03:
-        return passed(f"{seconds * 1e3:.2f} ms: read x once and write y once, 2 × {nbytes} bytes "
-                      f"at {copy_gbps:.1f} GB/s. No LayerNorm can beat that, so its GB/s (bytes "
-                      f"read + written / time) is at most the copy's, {copy_gbps:.1f} GB/s.")
-    for factor, why in _ceiling_hints(itemsize):
-        if abs(ratio / factor - 1) <= 0.03:
-            return failed(why)
-    return failed(f"you are off by a factor {ratio:.2f}: count the bytes LayerNorm must move at "
-                  f"least (rows × hidden × 4 bytes each way) and divide by the copy's bytes per "
-                  f"second.")
+
+def _ceiling(d) -> float:
+    return d.rows * d.hidden * (d.read_bytes + d.write_bytes) / (d.copy_gbps * 1e9)
+
+
+def _ceiling_slips(d) -> list[tuple[float, str]]:
+    """(answer / right answer, what it suggests) for the usual slips in exercise 06.2."""
+    per = d.read_bytes + d.write_bytes
+    bits = "that counts bits: GB/s is gigabytes per second, so use bytes."
+    gib = "GB/s means 10^9 bytes per second here, not GiB (2^30)."
+    return [
+        (8 / per, "that counts 4 bytes each way: x is float16 here, 2 bytes an element."),
+        (4 / per, "that counts 2 bytes each way: y is written in float32, 4 bytes an element."),
+        (d.read_bytes / per, "that moves x only once: LayerNorm also writes its output y."),
+        ((2 * d.read_bytes + d.write_bytes) / per, "that reads x twice: a good kernel keeps each "
+         "row in cache while it computes the mean and the variance, so x leaves memory once."),
+        (1e3, "that looks like milliseconds: the checker wants seconds."),
+        (1e6, "that looks like microseconds: the checker wants seconds."),
+        (8.0, bits), (1 / 8, bits),
+        (2 ** 30 / 1e9, gib), (1e9 / 2 ** 30, gib),
+    ]
 
 
 check_nogil_answer = choice(

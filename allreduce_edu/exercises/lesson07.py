@@ -17,7 +17,7 @@ from .feedback import Feedback, failed, passed
 from .fused_traffic import fused_explain, fused_on_rank, fused_problem
 from .harness import explain_error
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
-from .spec import choice
+from .spec import Blank, Slip, choice, number
 
 FUSED_SOLUTION = """def my_fused(comm, x):
     pieces = np.array_split(x.copy(), comm.world_size, axis=0)   # whole rows; rank r owns piece r
@@ -85,9 +85,19 @@ def check_fused(fn, world_sizes=(3, 4), shapes=((10, 16), (2, 8), (13, 24)), tim
                   f"in all = 2(N−1)·S, as a ring all-reduce does.")
 
 
-@exercise(
-    "07.2", "predict the root's bytes", kind="number",
-    todo="replace None with the number of bytes rank 0 sends, then run this cell again.",
+check_root_bytes = number(
+    "07.2", "predict the root's bytes", module=__name__, checker="check_root_bytes",
+    question="In the root variant on N = 12 ranks, with S = 1 MiB of activations per rank, how "
+             "many bytes does **rank 0** send?",
+    blanks=(Blank("my_bytes", "bytes rank 0 sends in the root variant: a number or an "
+                  "expression", "4 * (1 << 20)"),),
+    inputs={"world_size": 12, "nbytes": 1 << 20}, unit="bytes", exact=True,
+    answer=lambda d: (d.world_size - 1).bit_length() * d.nbytes,
+    slips=lambda d: _root_slips(d.world_size, d.nbytes),
+    otherwise=lambda d, name, got: (
+        f"the broadcast from rank 0 takes ⌈log2 N⌉ = {(d.world_size - 1).bit_length()} steps, "
+        f"and in the reduce rank 0 only receives. How many bytes does rank 0 send per step?"),
+    success=lambda d: _root_success(d.world_size, d.nbytes),
     hints=("Rank 0 is the root of the tree reduce, where it only receives. Count what it sends in "
            "the broadcast.",
            "A binomial broadcast doubles the number of ranks that hold the data every step: "
@@ -98,55 +108,44 @@ the binomial broadcast, sends the whole normalised tensor once per step to a new
 steps. The ranks holding the tensor go 1 → 2 → 4 → 8 → 12: the last step reaches only 4 new ranks,
 but it is a step.
     N = 12: ⌈log2 12⌉ · S = 4 · 1048576 = 4194304 bytes   (4 MiB)
-Compare the ring (fused or unfused): 2(N-1)/N · S ≈ 1.83 MiB per rank.""",
-    key="""from allreduce_edu.exercises.lesson07 import check_root_bytes, hint, solution
+Compare the ring (fused or unfused): 2(N-1)/N · S ≈ 1.83 MiB per rank.""")
 
-my_bytes = 4 * (1 << 20)   # ⌈log2 12⌉ = 4 broadcast steps of S; in the reduce rank 0 only receives
-check_root_bytes(my_bytes)""")
-def check_root_bytes(answer, world_size: int = 12, nbytes: int = 1 << 20) -> Feedback:
-    """Exercise 07.2: bytes rank 0 sends in the root variant (tree reduce + broadcast) for N ranks,
-    S bytes."""
-    try:
-        answer = float(answer)
-    except (TypeError, ValueError):
-        return failed("answer with a number of bytes.")
-    n, s = world_size, nbytes
-    steps = (n - 1).bit_length()
-    expected = steps * s
-    if answer == expected:
-        return passed(f"{expected} bytes = ⌈log2 {n}⌉ · S = {steps} × {s}: rank 0 only receives "
-                      f"in the reduce, then sends the whole tensor once per broadcast step. A "
-                      f"ring sends 2(N−1)/N·S = {2 * (n - 1) / n * s:.0f} per rank — less, but in "
-                      f"{2 * (n - 1)} steps instead of {2 * steps}.")
-    hints = {
-        2 * (n - 1) / n * s: "that is what every rank sends in the ring (fused or unfused); the "
-                             "root variant uses binomial trees.",
-        (n - 1) * s: "that is a naive broadcast (rank 0 sends to each of the N − 1 others); the "
-                     "binomial tree lets ranks that already hold the data pass it on, so rank 0 "
-                     "sends once per step.",
-        2 * (n - 1) * s: "that is what all ranks send together (2(N−1)·S); the question asks for "
-                         "rank 0 alone.",
-        2 * steps * s: "rank 0 is the root of the reduce: there it only receives. Count its "
-                       "broadcast sends only.",
-        s: "rank 0 sends in every broadcast step, not just once: the ranks that hold the data "
-           "double each step.",
-        steps: "that is the number of broadcast steps; each sends the whole tensor, S bytes: "
-               "multiply by S.",
-        steps * 1e6: "S = 1 MiB = 1048576 bytes, not 10^6.",
-        steps * s * 8: "in bytes, not bits.",
-    }
-    below = n.bit_length() - 1  # ⌊log2 N⌋: fewer steps than ⌈log2 N⌉ unless N is a power of 2
+
+def _root_slips(n: int, s: int) -> list:
+    steps, below = (n - 1).bit_length(), n.bit_length() - 1
+    slips = [
+        Slip(2 * (n - 1) / n * s, "that is what every rank sends in the ring (fused or unfused); "
+                                  "the root variant uses binomial trees."),
+        Slip((n - 1) * s, "that is a naive broadcast (rank 0 sends to each of the N − 1 others); "
+                          "the binomial tree lets ranks that already hold the data pass it on, "
+                          "so rank 0 sends once per step."),
+        Slip(2 * (n - 1) * s, "that is what all ranks send together (2(N−1)·S); the question "
+                              "asks for rank 0 alone."),
+        Slip(2 * steps * s, "rank 0 is the root of the reduce: there it only receives. Count its "
+                            "broadcast sends only."),
+        Slip(s, "rank 0 sends in every broadcast step, not just once: the ranks that hold the "
+                "data double each step."),
+        Slip(steps, "that is the number of broadcast steps; each sends the whole tensor, S "
+                    "bytes: multiply by S."),
+        Slip(steps * 1e6, "S = 1 MiB = 1048576 bytes, not 10^6."),
+        Slip(steps * s * 8, "in bytes, not bits."),
+    ]
     if below != steps:
-        hints[below * s] = (f"after {below} steps {1 << below} ranks hold the tensor and "
-                            f"{n - (1 << below)} still wait: one more step, ⌈log2 N⌉ = {steps} "
-                            f"in all.")
-        hints[math.log2(n) * s] = (f"log2 {n} is not a whole number of steps: a step either "
-                                   f"happens or not, so round up to ⌈log2 N⌉ = {steps}.")
-    for value, text in hints.items():
-        if math.isclose(answer, value, rel_tol=1e-9):
-            return failed(text)
-    return failed(f"not it: the broadcast from rank 0 takes ⌈log2 N⌉ = {steps} steps, and in the "
-                  f"reduce rank 0 only receives. How many bytes does rank 0 send per step?")
+        slips += [Slip(below * s, f"after {below} steps {1 << below} ranks hold the tensor and "
+                                  f"{n - (1 << below)} still wait: one more step, ⌈log2 N⌉ = "
+                                  f"{steps} in all."),
+                  Slip(math.log2(n) * s, f"log2 {n} is not a whole number of steps: a step "
+                                         f"either happens or not, so round up to ⌈log2 N⌉ = "
+                                         f"{steps}.")]
+    return slips
+
+
+def _root_success(n: int, s: int) -> str:
+    steps = (n - 1).bit_length()
+    return (f"{steps * s} bytes = ⌈log2 {n}⌉ · S = {steps} × {s}: rank 0 only receives in the "
+            f"reduce, then sends the whole tensor once per broadcast step. A ring sends "
+            f"2(N−1)/N·S = {2 * (n - 1) / n * s:.0f} per rank — less, but in {2 * (n - 1)} steps "
+            f"instead of {2 * steps}.")
 
 
 check_fusion_answer = choice(

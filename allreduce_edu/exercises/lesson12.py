@@ -22,7 +22,7 @@ from ..sharded.overlap import (  # noqa: F401 - zero3_pass: the notebook's
 )
 from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, solution  # noqa: F401 - notebook
-from .spec import choice
+from .spec import Blank, Slip, choice, number
 
 # the lesson's MLP (64, 256, 256, 256, 256, 8) in float64: each layer's W and b, in bytes
 MLP_LAYER_BYTES = [133_120, 526_336, 526_336, 526_336, 16_448]
@@ -193,10 +193,24 @@ def _bucket_problem(choose_bucket, name, layer_bytes, backward, alpha, beta, n) 
 
 
 # --- 12.2 ------------------------------------------------------------------------------------
-@exercise(
-    "12.2", "predict the exposed time without overlap", kind="number",
-    todo="replace None with seconds (a number or an expression of layer_bytes, alpha, beta, N), "
-         "then run this cell again.",
+check_no_overlap = number(
+    "12.2", "predict the exposed time without overlap", module=__name__,
+    checker="check_no_overlap",
+    question="With one bucket per layer and **no overlap**, how many seconds of communication "
+             "does one step leave exposed on this link? `layer_bytes`, `alpha`, `beta` and `N` "
+             "are set in the cell below.",
+    blanks=(Blank("my_exposed", "seconds: a number, or an expression of layer_bytes, alpha, "
+                  "beta, N", "sum(2 * (N - 1) * alpha + 2 * (N - 1) / N * s * beta "
+                             "for s in layer_bytes)"),),
+    inputs={"layer_bytes": tuple(MLP_LAYER_BYTES), "alpha": 2e-3, "beta": 1 / 200e6,
+            "world_size": 4},
+    call="layer_bytes, alpha, beta, N", unit="seconds",
+    answer=lambda d: _exposed(d),
+    slips=lambda d: _exposed_slips(d),
+    otherwise=lambda d, name, got: (
+        f"off by ×{got / _exposed(d):.3g}: add up 2(N − 1)·α + 2(N − 1)/N·S·β over the layers "
+        f"(hint(\"12.2\"))."),
+    success=lambda d: _exposed_success(d),
     hints=("Without overlap the buckets start after backward has ended, one after another, so "
            "nothing hides: the exposed time is the sum of the buckets' all-reduce times.",
            "Each layer is its own bucket here; a ring all-reduce of S bytes takes "
@@ -205,44 +219,35 @@ def _bucket_problem(choose_bucket, name, layer_bytes, backward, alpha, beta, n) 
 backward ends:
     Σ over layers of  2(N − 1)·α + 2(N − 1)/N·S_layer·β
   = 5 · 6 · 2 ms  +  1.5 · 1,728,576 B / 200 MB/s  =  60 ms + 12.96 ms  ≈  73.0 ms
-predict_exposed(backward, layer_bytes, None, N, alpha, beta, overlap=False) gives the same.""",
-    key="""from allreduce_edu.exercises.lesson12 import check_no_overlap, hint, solution
+predict_exposed(backward, layer_bytes, None, N, alpha, beta, overlap=False) gives the same.""")
 
-# every bucket's ring all-reduce, one after another, after backward: all of it exposed
-my_exposed = sum(2 * (N - 1) * alpha + 2 * (N - 1) / N * s * beta for s in layer_bytes)
-check_no_overlap(my_exposed, layer_bytes, alpha, beta, N)""")
-def check_no_overlap(answer, layer_bytes=tuple(MLP_LAYER_BYTES), alpha: float = 2e-3,
-                     beta: float = 1 / 200e6, world_size: int = 4) -> Feedback:
-    """Exercise 12.2: exposed seconds of one step with one bucket per layer and no overlap."""
-    n, total = world_size, sum(layer_bytes)
-    want = sum(predict("ring", n, s, alpha, beta) for s in layer_bytes)
-    if isinstance(answer, bool) or not isinstance(answer, (int, float, np.integer, np.floating)) \
-            or not answer > 0:
-        return failed("answer with a positive number of seconds.")
-    def close(x):
-        return abs(answer - x) <= 0.02 * x
-    if close(want):
-        return passed(f"{want / MS:.1f} ms: {len(layer_bytes)} buckets × 2(N − 1)α = "
-                      f"{len(layer_bytes) * 2 * (n - 1) * alpha / MS:.0f} ms of latency, and "
-                      f"2(N − 1)/N·Σ S·β = {2 * (n - 1) / n * total * beta / MS:.1f} ms of bytes. "
-                      f"The measurement below puts a number beside it.")
-    if close(want * 1e3):
-        return failed("that looks like milliseconds: the checker wants seconds.")
-    wrong = {
-        2 * (n - 1) / n * total * beta: "that is the bytes' time alone: every bucket's ring "
-        "also pays 2(N − 1) latencies α, one per step.",
-        predict("ring", n, total, alpha, beta): "that is one all-reduce of all the gradients. "
-        "Here each layer is its own bucket, and each bucket's ring pays its own 2(N − 1)α.",
-        len(layer_bytes) * alpha + 2 * (n - 1) / n * total * beta: "a ring all-reduce takes "
-        "2(N − 1) steps, and every step pays α.",
-        len(layer_bytes) * 2 * (n - 1) * alpha + total * beta: "each rank sends 2(N − 1)/N of "
-        "each bucket, not the bucket once.",
-    }
-    for value, why in wrong.items():
-        if close(value):
-            return failed(why)
-    return failed(f"off by ×{answer / want:.3g}: add up 2(N − 1)·α + 2(N − 1)/N·S·β over the "
-                  f"layers (hint(\"12.2\")).")
+
+def _exposed(d) -> float:
+    """Seconds of one ring all-reduce per layer, one after another: all of it exposed."""
+    return sum(predict("ring", d.world_size, s, d.alpha, d.beta) for s in d.layer_bytes)
+
+
+def _exposed_slips(d) -> list:
+    n, total, k = d.world_size, sum(d.layer_bytes), len(d.layer_bytes)
+    want = sum(predict("ring", n, s, d.alpha, d.beta) for s in d.layer_bytes)
+    return [Slip(want * 1e3, "that looks like milliseconds: the checker wants seconds."),
+            Slip(2 * (n - 1) / n * total * d.beta, "that is the bytes' time alone: every "
+                 "bucket's ring also pays 2(N − 1) latencies α, one per step."),
+            Slip(predict("ring", n, total, d.alpha, d.beta), "that is one all-reduce of all the "
+                 "gradients. Here each layer is its own bucket, and each bucket's ring pays its "
+                 "own 2(N − 1)α."),
+            Slip(k * d.alpha + 2 * (n - 1) / n * total * d.beta, "a ring all-reduce takes "
+                 "2(N − 1) steps, and every step pays α."),
+            Slip(k * 2 * (n - 1) * d.alpha + total * d.beta, "each rank sends 2(N − 1)/N of each "
+                 "bucket, not the bucket once.")]
+
+
+def _exposed_success(d) -> str:
+    n, total, k = d.world_size, sum(d.layer_bytes), len(d.layer_bytes)
+    want = sum(predict("ring", n, s, d.alpha, d.beta) for s in d.layer_bytes)
+    return (f"{want / MS:.1f} ms: {k} buckets × 2(N − 1)α = {k * 2 * (n - 1) * d.alpha / MS:.0f} "
+            f"ms of latency, and 2(N − 1)/N·Σ S·β = {2 * (n - 1) / n * total * d.beta / MS:.1f} ms "
+            f"of bytes. The measurement below puts a number beside it.")
 
 
 # --- 12.3 ------------------------------------------------------------------------------------

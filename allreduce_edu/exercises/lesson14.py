@@ -20,7 +20,7 @@ import types
 import numpy as np
 
 from .feedback import Feedback, failed, not_attempted, passed
-from .lesson14_choices import check_barrier_order_answer, check_block_size_answer  # noqa: F401
+from .lesson14_questions import check_barrier_order_answer, check_block_size_answer  # noqa: F401
 from .registry import exercise, hint, is_stub, solution  # noqa: F401 - notebook
 
 try:

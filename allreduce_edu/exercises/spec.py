@@ -12,23 +12,29 @@ A number passes within TOLERANCE of the answer (counts of bytes, steps or ranks 
 from __future__ import annotations
 
 import inspect
-import math
 import textwrap
 from dataclasses import dataclass
 from types import SimpleNamespace
+
+import numpy as np
 
 from .feedback import Feedback, failed, passed
 from .registry import exercise
 
 TOLERANCE = 0.02  # the one policy: a measured or rounded answer within 2 % passes
+MIB = 1 << 20
 REQUIRED = inspect.Parameter.empty  # an input the cell passes (alpha, beta: measured above)
 
 
-def close(value: float, target: float, exact: bool = False) -> bool:
-    """Whether `value` is the answer `target`: equal for counts, within TOLERANCE otherwise."""
+def close(value, target, exact: bool = False) -> bool:
+    """Whether `value` is the answer `target` (numbers or arrays of them): equal for counts,
+    within TOLERANCE otherwise."""
+    value, target = np.asarray(value, dtype=float), np.asarray(target, dtype=float)
+    if value.shape != target.shape:
+        return False
     if exact:
-        return value == target
-    return math.isclose(value, target, rel_tol=TOLERANCE, abs_tol=1e-12)
+        return bool(np.array_equal(value, target))
+    return bool(np.allclose(value, target, rtol=TOLERANCE, atol=1e-12))
 
 
 @dataclass(frozen=True)
@@ -150,25 +156,35 @@ def number(id: str, title: str, *, module: str, checker: str, question: str,
         want = answer(d)
         want = want if isinstance(want, dict) else {names[0]: want}
         for name in names:
+            got, shape = getattr(d, name), np.shape(want[name])
             try:
-                got = float(getattr(d, name))
+                got = np.asarray(got, dtype=float)
             except (TypeError, ValueError):
-                return failed(f"{_label(name, names)}answer with a number"
-                              f"{f' of {unit}' if unit else ''} (or an expression that gives one).")
-            if not math.isfinite(got):
+                got = None
+            if got is None or got.shape != shape:
+                what = f"a list of {shape[0]} numbers" if shape else "a number"
+                return failed(f"{_label(name, names)}answer with {what}"
+                              f"{f' of {unit}' if unit else ''} (or an expression that gives "
+                              f"{'them' if shape else 'one'}).")
+            if not np.all(np.isfinite(got)):
                 return failed(f"{_label(name, names)}{got} is not a number you can check.")
+            got = got.tolist() if shape else float(got)
             if close(got, want[name], exact):
                 continue
             for slip in (slips(d) if slips else ()):
                 if slip.blank in ("", name) and close(got, slip.value, exact):
                     return failed(_label(name, names) + slip.hint)
             rest = otherwise(d, name, got) if callable(otherwise) else otherwise
-            return failed(f"{_label(name, names)}{got:g} is not it"
+            return failed(f"{_label(name, names)}{_show(got)} is not it"
                           + (f": {rest}" if rest else "."))
         return passed(success(d) if callable(success) else success)
 
     return _register(id, title, "number", cell, check, signature, hints, solution,
                      todo or _todo(blanks, unit), tuple(names), _markdown(id, verb, question))
+
+
+def _show(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _label(name: str, names) -> str:

@@ -7,6 +7,7 @@ import importlib.util
 import numpy as np
 import pytest
 
+from allreduce_edu import course
 from allreduce_edu.exercises import lesson09, reference, registry
 from allreduce_edu.exercises.lesson09 import (
     NAMES_SCAFFOLD,
@@ -164,21 +165,24 @@ def no_gloo(monkeypatch):
     monkeypatch.setattr(lesson09, "missing", lambda engine: "torch is not installed (pip install 'allreduce-edu[torch]')")
 
 
-def test_without_the_engine_the_ring_runs_on_grpc_and_says_so(no_gloo):
+def test_without_the_engine_a_right_ring_gets_needs_torch_not_a_failed_try(no_gloo, tmp_path, monkeypatch):
+    monkeypatch.setenv("ALLREDUCE_EDU_DATA_DIR", str(tmp_path))
     feedback = check_ring_on_engine(ring, world_sizes=(3,), sizes=(10, 1001))
-    assert feedback, feedback
-    assert feedback.message.startswith("gloo is not available here — torch is not installed")
+    assert not feedback and feedback.status == "check failed", feedback
+    assert repr(feedback).startswith("⚠ needs torch: pip install -e '.[torch]'")
     assert "gRPC ranks" in feedback.message and "comm.send" not in feedback.message
+    assert not (tmp_path / "progress.json").exists()  # not counted as a try
 
 
-def test_without_the_engine_send_then_recv_passes_with_a_warning(no_gloo):
+def test_without_the_engine_send_then_recv_gets_a_warning(no_gloo):
     feedback = check_ring_on_engine(send_then_recv, world_sizes=(3,), sizes=(10,))
-    assert feedback, feedback
+    assert feedback.status == "check failed", feedback
     assert "You use comm.send" in feedback.message and "deadlocks on gloo" in feedback.message
 
 
-def test_without_the_engine_the_registered_solution_passes(no_gloo):
-    assert check_ring_on_engine(reference("09.1"), world_sizes=(3,), sizes=(10, 1001))
+def test_without_the_engine_the_registered_solution_needs_torch(no_gloo):
+    feedback = check_ring_on_engine(reference("09.1"), world_sizes=(3,), sizes=(10, 1001))
+    assert feedback.message.startswith("needs torch") and course.passed_or_needs_extra(repr(feedback))
 
 
 @pytest.mark.parametrize("fn, words", [
