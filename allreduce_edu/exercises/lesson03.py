@@ -59,8 +59,7 @@ still arriving
 
 check_owner_prediction = number(
     "03.0", "where chunk 2 is after 2 steps", module=__name__, checker="check_owner_prediction",
-    question="On 4 ranks, which rank holds chunk 2 after 2 steps of reduce-scatter (steps 0 and "
-             "1)?",
+    question=None,  # asked in the lesson's words, above the animation that answers it
     blanks=(Blank("my_holder", "which rank holds chunk 2 after 2 steps of reduce-scatter? (a "
                   "rank)", "1"),),
     inputs={"world_size": 4, "chunk": 2, "steps": 2}, exact=True,

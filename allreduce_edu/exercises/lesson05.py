@@ -145,7 +145,7 @@ check_float_order_answer = choice(
         "a": "differ in the last bits too: any two orders of addition round differently.",
         "b": "agree only when N is a power of two, so that the tree is balanced.",
         "c": "differ on some machines: each CPU rounds its integer sums its own way.",
-        "d": "agree bit for bit: integer addition is exact, so any grouping gives one sum.",
+        "d": "agree bit for bit: integer sums are exact, so grouping cannot matter.",
     },
     right="d",
     slips={

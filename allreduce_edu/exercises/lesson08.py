@@ -239,7 +239,7 @@ check_bucketing_answer = choice(
              "smaller, with the same β. Compared with before, bucketing its small tensors saves",
     options={
         "a": "more time: buckets send big messages, and big messages gain the most.",
-        "b": "less time: what it saves, 2(N − 1)·α per tensor, is ten times smaller.",
+        "b": "less time: the 2(N − 1)·α it saves per tensor is ten times smaller.",
         "c": "the same time: it saves the same number of messages as before.",
         "d": "no time at all: with a small α every small tensor is bandwidth-bound.",
     },

@@ -14,7 +14,7 @@ from ..runtime import Cluster, missing, run_on_engine, ship
 from .engine_check import RingFailed, explain_failure, first_problem, ring_on_rank, with_prefix
 from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
-from .spec import Blank, Slip, choice, number
+from .spec import Blank, Slip, choice, names, number
 from .torch_names import TORCH_NAMES, names_cell, torch_name
 
 FIXED_SOLUTION = """def fixed_ring(comm, x):
@@ -103,23 +103,12 @@ def check_ring_on_engine(fn, engine: str = "gloo", world_sizes=(3, 5), sizes=(10
                   f"unchanged: one function, any engine.")
 
 
-@exercise(
-    "09.2", "our names in torch.distributed", kind="names",
-    hints=("Every answer is in the torch.distributed column of the table above; a \"dist.\" "
-           "prefix and \"()\" are fine.",
-           "Two catch most people out: the rank and the world size are functions there (get_rank, "
-           "get_world_size), and there is no single sendrecv call: batch_isend_irecv posts an "
-           "isend and an irecv together."),
-    solution="{\n" + "".join(f"    {k!r}: {v[0]!r},\n" for k, v in TORCH_NAMES.items()) + "}",
-    key="""from allreduce_edu.exercises.lesson09 import check_torch_names, hint, solution
-
-""" + names_cell(lambda theirs: f"dist.{theirs[0]}") + """
-check_torch_names(my_names)""")
-def check_torch_names(answer: dict) -> Feedback:
-    """Exercise 09.2: for each of our names, torch.distributed's."""
-    if not isinstance(answer, dict):
-        return failed("answer with a dict {our name: torch.distributed's name}.")
-    hints = {
+check_torch_names = names(
+    "09.2", "our names in torch.distributed", module=__name__, checker="check_torch_names",
+    question="Fill in torch.distributed's name for each of ours (use the table above; `dist.` "
+             "prefixes and `()` are fine).",
+    table=TORCH_NAMES, normalise=torch_name, key_value=lambda theirs: f"dist.{theirs[0]}",
+    slips={
         ("rank", "rank"): "in torch.distributed the rank is a function of the process group: "
                           "get_rank().",
         ("world_size", "world_size"): "in torch.distributed it is a function: get_world_size().",
@@ -134,24 +123,17 @@ def check_torch_names(answer: dict) -> Feedback:
                           "reads).",
         ('op="sum"', "sum"): "ops are members of an enum there: ReduceOp.SUM.",
         ('op="sum"', "SUM"): "SUM lives in an enum: ReduceOp.SUM.",
-    }
-    todo = []
-    for ours, theirs in TORCH_NAMES.items():
-        if ours not in answer:
-            return failed(f"your dict has no entry for {ours!r}; fill in every key of the table.")
-        got = torch_name(answer[ours])
-        if got in ("", "?"):
-            todo.append(ours)
-        elif got not in theirs:
-            return failed(f"{ours}: {answer[ours]!r} is not it. " + hints.get(
-                (ours, got), f"Look for {ours!r} in the table above (torch.distributed column)."))
-    if todo:
-        return failed(f"the names you filled in are right, but {len(todo)} of the "
-                      f"{len(TORCH_NAMES)} are still \"?\", the first {todo[0]!r}: fill in every "
-                      f"one (the torch.distributed column of the table above).")
-    return passed(f"all {len(TORCH_NAMES)} names right. A script written against comm.sendrecv, "
-                  f"allreduce and friends reads like one written against torch.distributed, and "
-                  f"vice versa.")
+    },
+    fallback=lambda ours, got: f"Look for {ours!r} in the table above (torch.distributed "
+                               f"column).",
+    success=f"all {len(TORCH_NAMES)} names right. A script written against comm.sendrecv, "
+            f"allreduce and friends reads like one written against torch.distributed, and vice "
+            f"versa.",
+    hints=("Every answer is in the torch.distributed column of the table above; a \"dist.\" "
+           "prefix and \"()\" are fine.",
+           "Two catch most people out: the rank and the world size are functions there (get_rank, "
+           "get_world_size), and there is no single sendrecv call: batch_isend_irecv posts an "
+           "isend and an irecv together."))
 
 
 def scenario_seconds(algorithm: str) -> float:

@@ -9,9 +9,8 @@ measures it); `check_transport_names` with NCCL's and Open MPI's names for the s
 from __future__ import annotations
 
 from ..costmodel import crossover
-from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, solution  # noqa: F401 - notebook
-from .spec import REQUIRED, Blank, Slip, number
+from .spec import REQUIRED, Blank, Slip, names, number
 
 TRANSPORT_NAMES = {  # situation -> (NCCL's transport, Open MPI's BTL)
     "two processes on one machine, through host memory": ("SHM", "sm"),
@@ -133,35 +132,21 @@ reduced straight into the segment they are sent from (comm.send_buffer), so they
 copied. Without send_buffer a rank would copy everything it sends, 2(N − 1)/N·S.""")
 
 
-@exercise(
-    "10.3", "NCCL's and MPI's names for the three paths", kind="names",
+check_transport_names = names(
+    "10.3", "NCCL's and MPI's names for the three paths", module=__name__,
+    checker="check_transport_names",
+    question="Fill in NCCL's transport for each path (Open MPI's BTL names pass too).",
+    table=TRANSPORT_NAMES,
+    fallback=lambda situation, got: _transport_slip(got),
+    success="SHM, P2P and NET: NCCL picks one per pair of ranks, as this package picks shm or "
+            "gRPC per pair (NCCL_DEBUG=INFO prints its choice; Open MPI's sm, smcuda and tcp "
+            "BTLs are the same three paths).",
     hints=("NCCL names its transports after the path the bytes take: through host memory, "
            "straight from GPU to GPU, over the network. The table above has them.",
-           "NCCL: SHM, P2P, NET. Open MPI's byte-transfer layers (BTLs): sm, smcuda, tcp."),
-    solution="{\n" + "".join(f"    {k!r}: {v[0]!r},\n" for k, v in TRANSPORT_NAMES.items()) + "}",
-    key="""from allreduce_edu.exercises.lesson10 import check_transport_names, hint, solution
+           "NCCL: SHM, P2P, NET. Open MPI's byte-transfer layers (BTLs): sm, smcuda, tcp."))
 
-my_names = {
-    "two processes on one machine, through host memory": "SHM",
-    "two GPUs in one server, over NVLink or PCIe": "P2P",
-    "two machines, over the network": "NET",
-}
-check_transport_names(my_names)""")
-def check_transport_names(answer: dict) -> Feedback:
-    """Exercise 10.3: NCCL's transport for each situation (Open MPI's BTL names pass too)."""
-    if not isinstance(answer, dict):
-        return failed("answer with a dict {situation: NCCL's transport}.")
-    for situation, names in TRANSPORT_NAMES.items():
-        if situation not in answer:
-            return failed(f"your dict has no entry for {situation!r}; keep every key.")
-        got = str(answer[situation]).strip()
-        if got in ("", "?"):
-            return failed(f"{situation!r} is still \"?\": fill in every one.")
-        if got.upper() not in {n.upper() for n in names}:
-            others = [s for s, v in TRANSPORT_NAMES.items() if got.upper() in map(str.upper, v)]
-            why = (f"{got} is the path for {others[0]!r}." if others
-                   else f"{got} is not one of NCCL's transports (SHM, P2P, NET).")
-            return failed(f"{situation}: {why}")
-    return passed("SHM, P2P and NET: NCCL picks one per pair of ranks, as this package picks "
-                  "shm or gRPC per pair (NCCL_DEBUG=INFO prints its choice; Open MPI's sm, "
-                  "smcuda and tcp BTLs are the same three paths).")
+
+def _transport_slip(got: str) -> str:
+    others = [s for s, v in TRANSPORT_NAMES.items() if got.upper() in map(str.upper, v)]
+    return (f"{got} is the path for {others[0]!r}." if others
+            else f"{got} is not one of NCCL's transports (SHM, P2P, NET).")

@@ -13,7 +13,7 @@ check_barrier_order_answer = choice(
              "to its next syncthreads(). Leave the barrier out, and thread 0 runs its whole loop "
              "before thread 1 starts. At stride s, thread 0 reads shared[s]",
     options={
-        "a": "before thread s has added its partner's partial: stale, every time.",
+        "a": "before thread s added its partner's partial: stale, every time.",
         "b": "after thread s has finished its loop: right, so the sum comes out.",
         "c": "not at all: without a barrier the checker skips the addition.",
         "d": "from a random slot: without a barrier thread indices get mixed up.",
@@ -44,7 +44,7 @@ check_block_size_answer = choice(
     options={
         "a": "LayerNorm is compute-bound there, so the block size never matters.",
         "b": "the GPU pads every block to 1024 threads, so both run the same way.",
-        "c": "an SM runs several 128-thread blocks at once: as many loads in flight.",
+        "c": "an SM runs several small blocks at once: as many loads in flight.",
         "d": "the smaller block's tree has fewer steps, and that pays for the rest.",
     },
     right="c",

@@ -78,8 +78,11 @@ class Cell:
         return self._lines(solved=True)
 
 
-def _markdown(id: str, verb: str, question: str, options: dict | None = None) -> str:
-    """The question's markdown cell text, as the lesson shows it."""
+def _markdown(id: str, verb: str, question: str | None, options: dict | None = None):
+    """The question's markdown cell text, as the lesson shows it (None: the lesson asks in its own
+    words, as a prediction inside the narrative)."""
+    if question is None:
+        return None
     text = textwrap.fill(f"**{id} — {verb}.** {' '.join(question.split())}", 110)
     text += "".join(f"\n- ({x}) {options[x]}" for x in sorted(options or {}))
     return (f"{text}\n\nStuck? `hint(\"{id}\")` gives a hint (call "
@@ -134,7 +137,7 @@ class Slip:
     blank: str = ""
 
 
-def number(id: str, title: str, *, module: str, checker: str, question: str,
+def number(id: str, title: str, *, module: str, checker: str, question: str | None,
            blanks: tuple[Blank, ...], answer, inputs: dict | None = None, slips=None,
            success, otherwise: str | object = "", unit: str = "", exact: bool = False,
            hints: tuple[str, ...], solution: str, setup: str = "", call: str = "",

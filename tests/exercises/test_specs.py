@@ -54,8 +54,11 @@ def test_specs_generate_the_checker_key_scaffold_and_question(exercise):
     assert ex.key == cell.key.strip("\n") and ex.check.__name__ == cell.checker
     assert cell.scaffold.splitlines()[-1] == cell.key.splitlines()[-1]  # the same checker call
     assert cell.scaffold != cell.key
-    assert ex.spec.markdown.startswith(f"**{exercise} — ") and f'hint("{exercise}")' in ex.spec.markdown
-    namespace = {}
+    if ex.spec.markdown is not None:  # None: the lesson asks it in its own words
+        assert ex.spec.markdown.startswith(f"**{exercise} — ")
+        assert f'hint("{exercise}")' in ex.spec.markdown
+    namespace = {"alpha": 1e-4, "beta": 1e-9, "N": 4, "copy_gbps": 10.0, "layer_bytes": (1000, 2000),
+                 "fits": {"grpc": (3e-4, 1e-9), "shm": (1e-4, 5e-11)}}  # what the lessons measure
     exec(compile(cell.scaffold, exercise, "exec"), namespace)  # noqa: S102 - the generated scaffold
     shown = [v for v in namespace.values() if hasattr(v, "status")]
     assert shown == [] or not shown[0].attempted
@@ -67,8 +70,9 @@ def test_the_committed_cell_is_the_specs_scaffold_and_its_question_the_specs(exe
     cells = lesson["cells"]
     cell = course.exercise_cells(lesson)[exercise]
     assert course.source(cell) == SPECS[exercise].spec.cell.scaffold
-    above = course.source(cells[cells.index(cell) - 1])
-    assert SPECS[exercise].spec.markdown in above
+    if SPECS[exercise].spec.markdown is not None:
+        above = "".join(course.source(c) for c in cells[:cells.index(cell)] if c["cell_type"] == "markdown")
+        assert SPECS[exercise].spec.markdown in above
 
 
 def test_one_tolerance_policy():
