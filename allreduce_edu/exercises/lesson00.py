@@ -32,6 +32,9 @@ check_welcome_prediction = number(
         Slip(_welcome_inputs(d).sum(axis=1).tolist(), "that is each rank's own 4 elements added "
              "up, one number per rank. An all-reduce adds across the ranks, element by element, "
              "and every rank gets the same array."),
+        Slip([_welcome_inputs(d).sum()] * 4, "that adds every element of every rank into one "
+             "number; an all-reduce keeps the 4 elements apart: element i is the sum of element "
+             "i over the ranks."),
         *[Slip(x.tolist(), "that is one rank's own input. After the all-reduce every rank holds "
                "the sum over all the ranks.") for x in _welcome_inputs(d)],
     ],

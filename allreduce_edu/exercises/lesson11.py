@@ -4,7 +4,6 @@ predict ZeRO-2's memory (memory.zero_formula) and ZeRO-3's bytes per step."""
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 
 import cloudpickle
@@ -14,6 +13,7 @@ from ..collectives import all_gather, reduce_scatter
 from ..runtime import Cluster, ship
 from ..sharded.adam import adam
 from .feedback import Feedback, failed, passed
+from .harness import failed_rank
 from .lesson11_questions import check_zero2_bytes, check_zero3_traffic  # noqa: F401
 from .registry import exercise, hint, solution  # noqa: F401 - notebook
 
@@ -78,11 +78,11 @@ TIPS = (  # (words in "ErrorType: message", what usually causes it)
 
 def _raised(e: BaseException) -> str:
     """One sentence on an exception from the learner's ranks, with what usually causes it."""
-    where = re.search(r"raised on rank (\d+)", " ".join(getattr(e, "__notes__", [])))
+    rank = failed_rank(e)
     kind, text = type(e).__name__, str(e).split("\n")[0].strip()[:300]
     tip = next((tip for words, tip in TIPS if any(w in f"{kind}: {text}" for w in words)),
                "run it on Cluster(4, \"local\") with small float32 arrays to read the traceback.")
-    return (f"your my_zero1_step raised {kind} on {f'rank {where[1]}' if where else 'a rank'}: "
+    return (f"your my_zero1_step raised {kind} on {'a rank' if rank is None else f'rank {rank}'}: "
             f"{text} — {tip}")
 
 

@@ -19,8 +19,10 @@ check_zero2_bytes = number(
     inputs={"psi": 1.5e9, "world_size": 8}, call="psi, N", unit="bytes",
     answer=lambda d: sum(zero_formula("zero2", d.psi, d.world_size, "mixed").values()),
     slips=lambda d: _zero2_slips(d.psi, d.world_size),
-    otherwise="add the three parts one by one: parameters, gradients, optimizer states "
-              "(hint(\"11.2\")).",
+    otherwise=lambda d, name, got: (
+        f"off by ×{got / sum(zero_formula('zero2', d.psi, d.world_size, 'mixed').values()):.3g}. "
+        f"Add the three parts one by one: parameters, gradients, optimizer states "
+        f"(hint(\"11.2\"))."),
     success=lambda d: _zero2_success(d.psi, d.world_size),
     hints=("Count three parts: parameters, gradients, optimizer states. In mixed precision the "
            "parameters and gradients are fp16 (2 bytes each) and Adam keeps K = 12 bytes of fp32 "
@@ -90,7 +92,9 @@ check_zero3_traffic = number(
         Slip(3 * _one_collective(d) * 4 / d.itemsize, "the parameters and gradients travel in "
              f"fp16 here: b = {d.itemsize}, not 4."),
     ],
-    otherwise="list one step's collectives and what each one covers (hint(\"11.3\")).",
+    otherwise=lambda d, name, got: (
+        f"off by ×{got / (3 * _one_collective(d)):.3g}. List one step's collectives and what each "
+        f"one covers (hint(\"11.3\"))."),
     success=lambda d: (
         f"{3 * _one_collective(d):,.0f} bytes = 3(N−1)/N·Ψ·b: two all-gathers of the parameters "
         f"(forward, then backward) and a reduce-scatter of the gradients, 1.5× data parallel's "

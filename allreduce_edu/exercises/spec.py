@@ -160,23 +160,33 @@ def number(id: str, title: str, *, module: str, checker: str, question: str | No
         want = want if isinstance(want, dict) else {names[0]: want}
         for name in names:
             got, shape = getattr(d, name), np.shape(want[name])
-            try:
-                got = np.asarray(got, dtype=float)
+            try:  # a number, or a list of them; a string is not one, however it reads
+                got = None if isinstance(got, (str, bytes)) else np.asarray(got, dtype=float)
             except (TypeError, ValueError):
                 got = None
+            what = f"a list of {shape[0]} numbers" if shape else "a number"
+            if got is not None and got.shape != shape and shape:
+                return failed(f"{_label(name, names)}your answer has shape {got.shape}, but this "
+                              f"one is {what} (shape {shape}): write {what}.")
             if got is None or got.shape != shape:
-                what = f"a list of {shape[0]} numbers" if shape else "a number"
                 return failed(f"{_label(name, names)}answer with {what}"
                               f"{f' of {unit}' if unit else ''} (or an expression that gives "
                               f"{'them' if shape else 'one'}).")
             if not np.all(np.isfinite(got)):
                 return failed(f"{_label(name, names)}{got} is not a number you can check.")
+            if np.any(got < 0):
+                return failed(f"{_label(name, names)}the answer is a positive number"
+                              f"{f' of {unit}' if unit else ''}, not {got.tolist()}.")
+            whole = bool(np.all(got == np.floor(got)))
             got = got.tolist() if shape else float(got)
             if close(got, want[name], exact):
                 continue
             for slip in (slips(d) if slips else ()):
                 if slip.blank in ("", name) and close(got, slip.value, exact):
                     return failed(_label(name, names) + slip.hint)
+            if exact and not whole:
+                return failed(f"{_label(name, names)}a count is a whole number, not "
+                              f"{_show(got)}: round where the algorithm does.")
             rest = otherwise(d, name, got) if callable(otherwise) else otherwise
             return failed(f"{_label(name, names)}{_show(got)} is not it"
                           + (f": {rest}" if rest else "."))

@@ -102,7 +102,11 @@ def test_unknown_exercise_names_the_known_ones():
 
 def test_progress_is_recorded_in_the_data_directory(tmp_path, monkeypatch):
     monkeypatch.setenv("ALLREDUCE_EDU_DATA_DIR", str(tmp_path))
-    from allreduce_edu.exercises.lesson03 import check_busbw_answer, check_ring_bytes, ring_bytes_sent
+    from allreduce_edu.exercises.lesson03 import (
+        check_busbw_answer,
+        check_ring_bytes,
+        ring_bytes_sent,
+    )
 
     assert "0 of" in repr(progress(reset=True)).splitlines()[-1]
     assert not check_ring_bytes(None).attempted  # a scaffold is not an attempt

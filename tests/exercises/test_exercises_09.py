@@ -268,10 +268,10 @@ def test_hierarchical_prediction():
 
 
 def test_in_network_answer():
-    assert check_in_network_answer("b")
-    assert "saves the trips, not the work" in check_in_network_answer("a").message
-    assert "reproducible, not exact" in check_in_network_answer("C").message
-    assert "receives the whole result" in check_in_network_answer("d").message
+    assert check_in_network_answer("d")
+    assert "sends all of S, once" in check_in_network_answer("a").message
+    assert "Work it out at N = 2" in check_in_network_answer("B").message
+    assert "cheap, not free" in check_in_network_answer("c").message
     assert not check_in_network_answer("e")
 
 
@@ -289,7 +289,7 @@ def test_every_exercise_is_registered_with_hints():
     for exercise, kind in (("09.1", "code"), ("09.2", "names"), ("09.3", "number"), ("09.4", "choice")):
         ex = registry.get(exercise)
         assert ex.kind == kind and ex.solution and len(ex.hints) >= (2 if kind == "code" else 1)
-    assert registry.get("09.4").solution.startswith("b")
+    assert registry.get("09.4").solution.startswith("d")
 
 
 @pytest.mark.parametrize("exercise", ["09.2", "09.3", "09.4"])
