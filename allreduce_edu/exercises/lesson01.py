@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..comm.errors import CollectiveTimeout
 from ..runtime import Cluster
 from .feedback import Feedback, failed, passed
+from .harness import failed_rank
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - the notebook's
 from .spec import REQUIRED, Blank, Slip, choice, number
 
@@ -80,9 +82,10 @@ def check_echo(fn) -> Feedback:
         try:
             results = cluster.run(fn)
         except Exception as e:  # noqa: BLE001 - the learner's code: report, don't crash
-            deadline = "deadline" in str(e)
-            hint = " Do both ranks use the same tag for each message?" if deadline else ""
-            return failed(f"your function raised {type(e).__name__}: {e}{hint}")
+            hint = (" Do both ranks use the same tag for each message?"
+                    if isinstance(e, CollectiveTimeout) else "")
+            rank = "" if failed_rank(e) is None else f" on rank {failed_rank(e)}"
+            return failed(f"your function raised {type(e).__name__}{rank}: {e}{hint}")
         tags = {(ev.src, ev.dst) for ev in cluster.trace.events}
     if (0, 1) not in tags:
         return failed("rank 0 never sent anything to rank 1: use comm.send(1, np.arange(5), "

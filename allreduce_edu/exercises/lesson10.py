@@ -134,7 +134,7 @@ copied. Without send_buffer a rank would copy everything it sends, 2(N âˆ’ 1)/NÂ
 
 check_transport_names = names(
     "10.3", "NCCL's and MPI's names for the three paths", module=__name__,
-    checker="check_transport_names",
+    checker="check_transport_names", verb="name them",
     question="Fill in NCCL's transport for each path (Open MPI's BTL names pass too).",
     table=TRANSPORT_NAMES,
     fallback=lambda situation, got: _transport_slip(got),

@@ -5,6 +5,7 @@ instructor's key.
               key="...")
     def check_ring_bytes(answer, world_size=16, nbytes=4 << 20) -> Feedback: ...
 
+Choice, number and names exercises are declared as data in spec.py, which registers them here.
 The decorated checker answers "not attempted yet" while the answer is still the scaffold's (`None`,
 `"?"`, or a function whose body is `...`), records every real attempt in your progress file, and
 remembers its last verdict so later cells can run your function or, until it passes, the reference.

@@ -2,7 +2,7 @@
 the instructor's key, the question's markdown and the "not attempted yet" text.
 
     check_busbw_answer = choice("03.4", "...", module=__name__, checker="check_busbw_answer",
-                                question="...", options={"a": "...", ...}, right="b",
+                                question="...", options={"a": "...", ...}, right="d",
                                 slips={"a": "hint", ...}, why="...", hints=(...))
 
 A number passes within TOLERANCE of the answer (counts of bytes, steps or ranks exactly); a slip
@@ -50,7 +50,7 @@ class Blank:
 
 @dataclass
 class Cell:
-    """What a spec generates for the notebook: the scaffold, the key and the question."""
+    """The exercise cell a spec generates: the scaffold as shipped, and the key (solved)."""
 
     module: str
     checker: str
@@ -224,7 +224,7 @@ class NamesCell:
 def names(id: str, title: str, *, module: str, checker: str, question: str,
           table: dict[str, tuple[str, ...]], success: str, hints: tuple[str, ...],
           slips: dict[tuple[str, str], str] | None = None, normalise=str.strip,
-          fallback=None, key_value=None):
+          fallback=None, key_value=None, verb: str = "translate"):
     """A names exercise: fill in a dict {ours: theirs}; `table` holds the accepted names (the first
     is the solution's), `slips` a hint for a typical wrong (key, name), `fallback(key, name)` for
     any other."""
@@ -265,7 +265,7 @@ def names(id: str, title: str, *, module: str, checker: str, question: str,
     return _register(id, title, "names", NamesCell(module, checker, cell(False), cell(True)),
                      check, signature, hints, solution,
                      'fill in every "?" with a name, then run this cell again.', None,
-                     _markdown(id, "translate", question))
+                     _markdown(id, verb, question))
 
 
 def _quoted(text: str) -> str:

@@ -80,3 +80,20 @@ def test_the_committed_cell_is_the_specs_scaffold_and_its_question_the_specs(exe
 def test_one_tolerance_policy():
     assert spec.close(100.0, 101.9) and not spec.close(100.0, 102.1)
     assert spec.close(7, 7, exact=True) and not spec.close(7, 7.0001, exact=True)
+
+
+def test_a_failure_on_ranks_carries_its_rank_for_the_checkers():
+    from allreduce_edu.exercises.harness import explain_error, failed_rank
+    from allreduce_edu.runtime import Cluster
+
+    def boom(comm):
+        if comm.rank == 2:
+            raise ValueError("rank two gives up")
+        return comm.rank
+
+    with Cluster(3, "local") as cluster:
+        with pytest.raises(ValueError) as caught:
+            cluster.run(boom)
+    assert failed_rank(caught.value) == 2
+    caught.value.__notes__ = []  # no text to read: the attribute alone names the rank
+    assert "ValueError on rank 2" in explain_error(caught.value, (10,))
