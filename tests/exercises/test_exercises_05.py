@@ -59,7 +59,7 @@ def test_crossover_is_where_the_lines_meet():
 
 
 @pytest.mark.parametrize("answer, hint", [(376_470 / 1024, "KiB"), (ALPHA / BETA, "α/β"),
-                                          (-5, "positive"), ("376470", "positive"), (3 * 376_470, "factor"),
+                                          (-5, "positive"), ("376470", "answer with a number"), (3 * 376_470, "factor"),
                                           (11 * ALPHA / (1.25 * BETA), "two phases")])
 def test_crossover_prediction(answer, hint):
     assert check_crossover(376_470.6, ALPHA, BETA, 8)
@@ -75,9 +75,10 @@ def test_measured_crossover():
 
 
 def test_float_order_answer(capsys):
-    assert check_float_order_answer("a")
-    assert "raw bytes" in check_float_order_answer("c").message
-    assert "float32" in check_float_order_answer("d").message
+    assert check_float_order_answer("d")
+    assert "integer addition (without overflow) is exact" in check_float_order_answer("a").message
+    assert "grouping does not matter" in check_float_order_answer("b").message
+    assert "two's complement" in check_float_order_answer("c").message
     assert "'a', 'b', 'c' or 'd'" in check_float_order_answer("x").message
     solution("05.2")
     assert "8α / (4.25β)" in capsys.readouterr().out
