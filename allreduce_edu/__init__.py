@@ -14,11 +14,12 @@ from .collectives import (
 )
 from .comm.errors import CollectiveError, CollectiveMismatch, CollectiveTimeout, RankFailure
 from .fused import reduce_layernorm_broadcast
-from .runtime import Cluster, init
+from .runtime import TESTBED, Cluster, init, testbed
 
 __version__ = "0.1.0"
 
-__all__ = ["Cluster", "init", "allreduce", "reduce", "broadcast", "reduce_scatter", "all_gather",
+__all__ = ["Cluster", "testbed", "TESTBED", "init",
+           "allreduce", "reduce", "broadcast", "reduce_scatter", "all_gather",
            "iallreduce", "ireduce_scatter", "iall_gather", "wait_all",
            "reduce_layernorm_broadcast", "CollectiveError", "RankFailure", "CollectiveTimeout",
            "CollectiveMismatch"]

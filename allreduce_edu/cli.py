@@ -58,9 +58,11 @@ def lessons(args, parser) -> int:
         print(f"Writing the instructor's key to {args.solved} (every lesson executed with its "
               f"answers; a few minutes)...", flush=True)
         results = course.write_solved(args.solved)
-        for name, problems in results:
-            print(f"  {name}: " + ("every checker ✓" if not problems else "; ".join(problems)))
-        return 1 if any(problems for _, problems in results) else 0
+        for name, problems, skipped in results:
+            verdict = (f"skipped, it {skipped}" if skipped
+                       else "; ".join(problems) if problems else "every checker ✓")
+            print(f"  {name}: {verdict}")
+        return 1 if any(problems for _, problems, _ in results) else 0
     try:
         report = course.copy_lessons(args.dir, args.reset)
     except ValueError as e:
@@ -183,6 +185,11 @@ def build_parser() -> Parser:
     p.add_argument("--peer", action="append", choices=("gloo", "mpi"), default=[],
                    help="also time this engine's own all-reduce in the same run "
                         "(extras [torch], [mpi])")
+    p.add_argument("--links", metavar="ALPHA,BANDWIDTH",
+                   help="emulated links, one full-duplex port per rank, e.g. 10ms,100MB/s: the "
+                        "model's time (the links' own and fitted on them) beside each row")
+    p.add_argument("--testbed", action="store_true",
+                   help="the course's testbed: shm ranks on its emulated links (--links to change)")
     p.add_argument("--topology", metavar="NODESxRANKS", help="emulated cluster, e.g. 2x2 (sets -n)")
     p.add_argument("--intra-link", default="5us,10GB/s",
                    help="with --topology: latency,bandwidth in a node")
@@ -257,14 +264,21 @@ def plan(args):
                          f"the sizes run from -b up to -e")
     sizes = bench.sweep(args.minbytes, args.maxbytes, args.stepfactor)
     links = None
+    if args.testbed or args.links:
+        from .comm.links import Links
+        from .runtime.testbed import TESTBED
+        if args.topology:
+            raise ValueError("--links/--testbed are one level of links: drop --topology")
+        links = Links.flat(*args.links.split(",", 1)) if args.links else TESTBED
+        args.transport = "shm" if args.testbed else args.transport
     if args.topology:
         from .comm.links import Links, parse_topology
         nodes, per_node = parse_topology(args.topology)
         links = Links.two_level(per_node, args.intra_link, args.inter_link)
-        if args.peer:
-            raise ValueError("--peer times an engine's own network: "
-                             "it cannot cross the emulated --topology")
         args.world_size = nodes * per_node
+    if links is not None and args.peer:
+        raise ValueError("--peer times an engine's own network: "
+                         "it cannot cross the emulated --topology or --links")
     check_world_size(args.world_size, args.transport != "local", what="-n")
     return lambda: bench.command(args, algorithms, sizes, links)
 

@@ -131,10 +131,15 @@ def hierarchical_on_links(n, s, links):
 
 
 def predict_on_links(algorithm: str, world_size: int, nbytes: float, links) -> float | None:
-    """Seconds the α-β model predicts on two-level `links`
-    (None: no model for this algorithm there)."""
+    """Seconds the α-β model predicts on emulated `links` (None: no model for this algorithm
+    there). On uniform links (Links.flat) every algorithm's own formula applies with their α, β."""
     formula = LINK_COSTS.get(algorithm)
-    return None if formula is None else formula(world_size, float(nbytes), links)
+    if formula is not None:
+        return formula(world_size, float(nbytes), links)
+    link = links.uniform
+    if link is None or algorithm not in COSTS:
+        return None
+    return predict(algorithm, world_size, nbytes, link.alpha, link.beta)
 
 
 # --- the fused Reduce + LayerNorm + Broadcast (lesson 07) -----------------------------------------

@@ -18,6 +18,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .extras import skip_reason
+
 KEY = "exercise"  # the cell metadata field that names a cell's exercise
 # in a learner's folder: the hash of each lesson as delivered
 MANIFEST = ".allreduce-edu-lessons.json"
@@ -230,8 +232,9 @@ def write_solved(folder, lessons: list[str] | None = None,
     """The instructor's key: every lesson with its answers filled in, executed,
     written into `folder`.
 
-    Returns (file name, problems) per lesson;
-    problems lists cells that raised and checkers that did not pass.
+    Returns (file name, problems, skipped) per lesson: problems lists cells that raised and
+    checkers that did not pass; skipped says why a lesson was not run (an extra it needs is
+    missing here: allreduce_edu.extras), else "".
     """
     folder = Path(folder)
     if (folder / MANIFEST).exists():
@@ -241,14 +244,20 @@ def write_solved(folder, lessons: list[str] | None = None,
     for path in lesson_files():
         if lessons and path.name[:2] not in lessons:
             continue
+        nb = solved(read(path))
+        skipped = skip_reason(nb["metadata"])
+        if skipped:
+            results.append((path.name, [], skipped))
+            continue
         with tempfile.TemporaryDirectory(prefix="allreduce-edu-key-") as scratch:
-            nb = _executed_elsewhere(solved(read(path)), folder, timeout, scratch)
+            nb = _executed_elsewhere(nb, folder, timeout, scratch)
         write(nb, folder / path.name)
         problems = errors(nb) + [f"exercise {ex}: "
                                  f"{feedback(cell).strip()[:200] or 'no verdict shown'}"
                                  for ex, cell in exercise_cells(nb).items()
-                                 if not feedback(cell).lstrip().startswith("✓")]
-        results.append((path.name, problems))
+                                 if not feedback(cell).lstrip().startswith("✓")
+                                 and not skip_reason(nb["metadata"], cell.get("metadata", {}))]
+        results.append((path.name, problems, ""))
     return results
 
 

@@ -19,6 +19,8 @@ from .allreduce import (
     write_json,
 )
 from .command import command
+from .links import compare, fit, format_comparison
 
-__all__ = ["command", "run", "measure", "pingpong", "combine", "peer_rows", "add_predictions",
+__all__ = ["command", "compare", "fit", "format_comparison",
+           "run", "measure", "pingpong", "combine", "peer_rows", "add_predictions",
            "parse_size", "sweep", "pattern", "expected", "format_p2p", "format_table", "write_json"]

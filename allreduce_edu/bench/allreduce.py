@@ -48,13 +48,17 @@ def expected(world_size: int, count: int, dtype) -> np.ndarray:
     return sum(pattern(r, count, np.float64) for r in range(world_size)).astype(dtype)
 
 
-def measure(comm, algorithms, sizes, dtype="float32", iters=20, warmup=5, budget=2.0) -> list[dict]:
+def measure(comm, algorithms, sizes, dtype="float32", iters=20, warmup=5, budget=2.0,
+            alone: bool | None = None) -> list[dict]:
     """Run on every rank: time `iters` all-reduces per (algorithm, size); all ranks agree on
     the count.
 
     The number of timed iterations is cut (to no fewer than 3) when `iters` would take over
-    `budget` seconds.
+    `budget` seconds. Back to back by default, as nccl-tests times them; `alone` (the default on
+    emulated links, where times are compared with the model's one all-reduce) times each after a
+    barrier, so one all-reduce's tail never overlaps the next one's start.
     """
+    alone = comm.links is not None if alone is None else alone
     rows, itemsize = [], np.dtype(dtype).itemsize
     for algorithm in algorithms:
         for size in sizes:
@@ -67,15 +71,22 @@ def measure(comm, algorithms, sizes, dtype="float32", iters=20, warmup=5, budget
             per_iter = allreduce(comm, np.array([(time.perf_counter() - t0) / max(warmup, 1)]),
                                  "max", "ring")[0]
             n = int(min(iters, max(3, budget // max(per_iter, 1e-9)))) if iters > 3 else iters
+            times = []
             comm.barrier()
             t0 = time.perf_counter()
             for _ in range(n):
+                if alone:
+                    comm.barrier()
+                    t0 = time.perf_counter()
                 y = run_once(x)
-            seconds = (time.perf_counter() - t0) / n
+                if alone:
+                    times.append(time.perf_counter() - t0)
+            seconds = (time.perf_counter() - t0) / n if not alone else float(np.median(times))
             wrong = int(np.count_nonzero(y != expected(comm.world_size, count, dtype)))
             rows.append({"algorithm": algorithm, "world_size": comm.world_size,
                          "bytes": count * itemsize, "count": count, "dtype": np.dtype(dtype).name,
-                         "time_us": seconds * 1e6, "wrong": wrong, "iters": n})
+                         "time_us": seconds * 1e6, "wrong": wrong, "iters": n,
+                         **({"iter_us": [t * 1e6 for t in times]} if alone else {})})
     return rows
 
 
@@ -126,8 +137,10 @@ def combine(per_rank: list[list[dict]]) -> list[dict]:
     rows = []
     for by_rank in zip(*per_rank, strict=True):
         row = dict(by_rank[0])
-        # the collective ends when its slowest rank does
-        row["time_us"] = max(r["time_us"] for r in by_rank)
+        # the collective ends when its slowest rank does (in each timed-alone iteration)
+        row["time_us"] = (float(np.median(np.max([r["iter_us"] for r in by_rank], axis=0)))
+                          if "iter_us" in row else max(r["time_us"] for r in by_rank))
+        row.pop("iter_us", None)
         row["wrong"] = sum(r["wrong"] for r in by_rank)
         row["algbw_gbps"] = row["bytes"] / (row["time_us"] * 1e-6) / 1e9
         row["busbw_gbps"] = row["algbw_gbps"] * bus_factor(row["world_size"])
@@ -146,12 +159,14 @@ def peer_rows(peer: str, world_size: int, sizes, dtype="float32", iters=20, warm
                                  warmup, timeout=timeout))
 
 
-def add_predictions(rows: list[dict], links) -> None:
+def add_predictions(rows: list[dict], links, fitted=None) -> None:
     """Put the α-β model's time on emulated `links` beside each row ("model_us"; None where it
-    has no model)."""
+    has no model), and on the links `fitted` to them ("fit_us"), when given."""
     for r in rows:
-        seconds = predict_on_links(r["algorithm"], r["world_size"], r["bytes"], links)
-        r["model_us"] = None if seconds is None else seconds * 1e6
+        for key, on in (("model_us", links), ("fit_us", fitted)):
+            if on is not None:
+                seconds = predict_on_links(r["algorithm"], r["world_size"], r["bytes"], on)
+                r[key] = None if seconds is None else seconds * 1e6
 
 
 def format_p2p(p2p: dict) -> str:
@@ -169,15 +184,16 @@ def format_table(rows: list[dict]) -> str:
             f"{'algbw':>8} {'busbw':>8} {'#wrong':>7}\n"
             f"#{'(B)':>11} {'(elements)':>11} {'':>8} {'':>19} {'(us)':>10} "
             f"{'(GB/s)':>8} {'(GB/s)':>8} {'':>7}")
-    # emulated links: the α-β model's time beside the measured one
-    model = any("model_us" in r for r in rows)
-    if model:
+    # emulated links: the α-β model's time beside the measured one (and the fitted model's)
+    extra = [(key, name) for key, name in (("model_us", "model"), ("fit_us", "fitted"))
+             if any(key in r for r in rows)]
+    for _, name in extra:
         head = "\n".join(f"{line} {unit:>10}"
-                         for line, unit in zip(head.split("\n"), ("model", "(us)"), strict=True))
+                         for line, unit in zip(head.split("\n"), (name, "(us)"), strict=True))
     lines = [head]
     for r in rows:
-        predicted = (f" {r['model_us']:>10.1f}" if r.get("model_us") is not None
-                     else f" {'-':>10}" if model else "")
+        predicted = "".join(f" {r[key]:>10.1f}" if r.get(key) is not None else f" {'-':>10}"
+                            for key, _ in extra)
         lines.append(f" {r['bytes']:>11} {r['count']:>11} {r['dtype']:>8} {r['algorithm']:>19} "
                      f"{r['time_us']:>10.1f} {r['algbw_gbps']:>8.3f} {r['busbw_gbps']:>8.3f} "
                      f"{r['wrong']:>7}{predicted}")
@@ -190,6 +206,6 @@ JSON_KEYS = ("algorithm", "world_size", "bytes", "count", "dtype", "time_us", "a
 
 def write_json(path, rows: list[dict]) -> None:
     with open(path, "w") as f:
-        json.dump([{k: r[k] for k in JSON_KEYS + ("model_us",) if k in r} for r in rows], f,
-                  indent=1)
+        keys = JSON_KEYS + ("model_us", "fit_us")
+        json.dump([{k: r[k] for k in keys if k in r} for r in rows], f, indent=1)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from ..runtime import Cluster
 from ..trace import format_bytes
 from .allreduce import add_predictions, format_p2p, format_table, peer_rows, run, write_json
+from .links import fit
 
 
 def command(args, algorithms, sizes, links) -> int:
@@ -16,6 +17,10 @@ def command(args, algorithms, sizes, links) -> int:
               f"dtype {args.dtype}, iters {args.iters}, warmup {args.warmup}"
               + (f"; emulated links: {links}" if links else ""), flush=True)
         p2p, rows = run(cluster, algorithms, sizes, args.dtype, args.iters, args.warmup)
+        # one level of links: α, β fitted on them too (the gap is the transport's own cost)
+        fitted = fit(cluster) if links is not None and links.uniform is not None else None
+        if fitted is not None:
+            print(f"# fitted on these links: {fitted}", flush=True)
     for peer in args.peer:  # the engine's own all-reduce, on as many processes, in this same run
         try:
             rows += peer_rows(peer, args.world_size, sizes, args.dtype, args.iters,
@@ -24,7 +29,7 @@ def command(args, algorithms, sizes, links) -> int:
             print(f"# {peer}: not measured: {type(e).__name__}: {str(e).splitlines()[0]}",
                   flush=True)
     if links:
-        add_predictions(rows, links)
+        add_predictions(rows, links, fitted)
     print(format_p2p(p2p))
     print(format_table(rows))
     ring = [r for r in rows if r["algorithm"] == "ring"]

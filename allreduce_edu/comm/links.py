@@ -1,45 +1,87 @@
-"""Emulated network links: each message waits α + bytes·β for the link it crosses.
-Introduced in lessons/05.
+"""Emulated network links: each message holds its sender's port and its receiver's port for
+α + bytes·β. Introduced in lessons/02; the course's testbed (allreduce_edu.testbed) is built on it.
 
 On one laptop a message costs CPU time, not wire time, so the α-β trade-offs of a real cluster never
-show. `Cluster(links=Links.two_level(...))` makes them show: `Communicator.isend` calls
+show. `Cluster(links=Links.flat("1ms", "100MB/s"))` makes them show: `Communicator.isend` calls
 `links.transmit(src, dst, nbytes)` before posting a message, and that call holds the sender for the
 link's time.
 
 The model, as the α-β formulas assume it:
 - store and forward: a message occupies its link for α + nbytes·β, then it is posted whole;
-- one port per rank, full duplex: a rank's sends leave one after another (the wait runs on the
-  sending thread, so `isend` returns once the link is free again); receiving overlaps sending;
-- every rank has its own links, into its node and into the network between nodes (one NIC per GPU,
-  as in rail-optimised clusters): the ranks of one node never share the slow link's bandwidth;
-- receives are not serialised: a rank takes in messages from several senders at once, so a root
-  gathering from N-1 ranks waits one link time here, not N-1
-  (costmodel's naive formula charges N-1);
+- one full-duplex port per rank: a rank's sends leave one after another (egress) and its receives
+  arrive one after another (ingress), so a root gathering from N-1 ranks waits N-1 link times, as
+  costmodel's naive formula charges; sending and receiving overlap;
+- a message starts once both its ports are free: the cluster's ranks book them in one shared table
+  (`Ports`, shared memory with a lock), first come, first served;
+- a waiting rank sleeps to a deadline (no spinning: it leaves the CPU to the other ranks; with a
+  1 ns timer slack, Linux wakes it within tens of µs);
+- two levels (`Links.two_level`): ranks of one node talk over `intra` links, ranks of different
+  nodes over `inter` links (one NIC per rank, as in rail-optimised clusters);
 - the transport's own cost (copies, gRPC) comes on top: make emulated links much slower than it.
 """
 
 from __future__ import annotations
 
+import ctypes
+import multiprocessing
 import re
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
-# time.sleep overshoots by ~100 µs here: sleep until this close, then spin on perf_counter
-SPIN = 200e-6
+# a sleep wakes this late at the 1 ns timer slack (FACTS.md: p50 26-66 µs): wake this much early
+EARLY = 30e-6
 
 _TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 # network rates are decimal: 1 GB/s = 1e9 B/s
 _RATE_UNITS = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 
 
+def _precise_sleeps() -> None:
+    """Ask Linux to wake this process's sleepers within ~1 ns of their deadline (timer slack),
+    instead of the default 50 µs; elsewhere nothing changes."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(29, 1, 0, 0, 0)  # PR_SET_TIMERSLACK = 29
+        except (OSError, AttributeError):
+            pass  # no prctl: sleeps are a little less precise
+
+
+_precise_sleeps()
+
+
+def sleep_until(deadline: float) -> None:
+    """Sleep until time.monotonic() reaches `deadline` (never earlier, tens of µs later), using
+    no CPU."""
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(left - EARLY if left > 2 * EARLY else left)
+
+
 def hold(seconds: float) -> None:
-    """Block for `seconds`, accurate to a few µs:
-    sleep for most of it, spin on perf_counter for the rest."""
-    deadline = time.perf_counter() + seconds
-    if seconds > SPIN:
-        time.sleep(seconds - SPIN)
-    while time.perf_counter() < deadline:
-        pass
+    """Block for `seconds` without using the CPU (sleep_until)."""
+    sleep_until(time.monotonic() + seconds)
+
+
+class Ports:
+    """When each rank's egress and ingress port is next free, shared by the ranks of one cluster
+    (shared memory and a lock: made by the Cluster, inherited by the rank processes it spawns)."""
+
+    def __init__(self, world_size: int):
+        ctx = multiprocessing.get_context("spawn")
+        self.world_size = world_size
+        self._free = ctx.RawArray("d", 2 * world_size)  # [2r]: r's egress, [2r + 1]: r's ingress
+        self._lock = ctx.Lock()
+
+    def book(self, src: int, dst: int, seconds: float) -> float:
+        """Book src's egress and dst's ingress for `seconds`, from the first moment both are
+        free; returns the time.monotonic() at which the message has crossed."""
+        with self._lock:
+            start = max(time.monotonic(), self._free[2 * src], self._free[2 * dst + 1])
+            self._free[2 * src] = self._free[2 * dst + 1] = end = start + seconds
+        return end
+
+    def __repr__(self) -> str:
+        return f"Ports(world_size={self.world_size})"
 
 
 @dataclass(frozen=True)
@@ -96,10 +138,34 @@ class Links:
     ranks_per_node: int
     intra: Link
     inter: Link
+    # the cluster's shared port table (Cluster attaches one; None: each sender books only its own
+    # egress, as if every receiver were always free)
+    ports: Ports | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         if not isinstance(self.ranks_per_node, int) or self.ranks_per_node < 1:
             raise ValueError(f"ranks_per_node must be an integer >= 1, got {self.ranks_per_node!r}")
+
+    @classmethod
+    def flat(cls, alpha, bandwidth) -> Links:
+        """One kind of link between every pair of ranks (every rank its own node):
+        Links.flat("1ms", "100MB/s"), or Links.flat(1e-3, 100e6) in seconds and bytes/s."""
+        if isinstance(alpha, str) or isinstance(bandwidth, str):
+            link = Link.parse(f"{alpha},{bandwidth}")
+        else:
+            if not bandwidth > 0:
+                raise ValueError(f"bandwidth must be > 0 bytes/s, got {bandwidth!r}")
+            link = Link(float(alpha), 1.0 / float(bandwidth))
+        return cls(1, link, link)
+
+    @property
+    def uniform(self) -> Link | None:
+        """The one link every message crosses, when both levels are the same (Links.flat)."""
+        return self.inter if self.intra == self.inter else None
+
+    def attach(self, world_size: int) -> Links:
+        """These links with a new shared port table for a cluster of `world_size` ranks."""
+        return replace(self, ports=Ports(world_size))
 
     @classmethod
     def two_level(cls, ranks_per_node: int, intra=(0.0, 0.0), inter=(0.0, 0.0)) -> Links:
@@ -121,13 +187,19 @@ class Links:
         return 0.0 if link is None else link.seconds(nbytes)
 
     def transmit(self, src: int, dst: int, nbytes: int) -> None:
-        """Hold the sender while `nbytes` cross the link from `src` to `dst`
+        """Hold the sender, asleep, until `nbytes` have crossed from `src`'s port to `dst`'s
         (called by Communicator.isend)."""
         seconds = self.seconds(src, dst, nbytes)
-        if seconds > 0:
+        if seconds <= 0:
+            return
+        if self.ports is None:
             hold(seconds)
+        else:
+            sleep_until(self.ports.book(src, dst, seconds))
 
     def __str__(self) -> str:
+        if self.uniform is not None:
+            return f"every link {self.uniform}"
         return (f"{self.ranks_per_node} ranks per node, intra-node {self.intra}, "
                 f"inter-node {self.inter}")
 

@@ -53,11 +53,13 @@ class Cluster:
 
     def _start(self) -> None:
         self._dead: set[int] = set()
+        # emulated links: one table of every rank's port, shared by this world's ranks
+        links = self.links.attach(self.world_size) if self.links is not None else None
         if self.transport != "local":
             self._world = ProcessRanks(self.world_size, secrets.token_hex(16), self.host,
-                                       self.timeout, self.tls, self.links, self.transport)
+                                       self.timeout, self.tls, links, self.transport)
         else:
-            self._world = ThreadRanks(self.world_size, self.timeout, self.links)
+            self._world = ThreadRanks(self.world_size, self.timeout, links)
         self._finalizer = weakref.finalize(self, self._world.close)
 
     @property

@@ -206,3 +206,98 @@ def test_a_group_collective_outside_a_world_collective_is_refused(transport):
     with pytest.raises(RuntimeError, match="must run inside a collective of the whole world"):
         cluster_for(transport, 4).run(alone)
     cluster_for(transport, 4).run(lambda comm: ae.allreduce(comm, np.ones(2)))  # the world still works
+
+
+# --- one full-duplex port per rank (Links.flat), as the α-β model has it -------------------------
+def test_flat_links_read_like_a_datasheet():
+    links = Links.flat("1ms", "100MB/s")
+    assert (links.uniform.alpha, links.uniform.beta) == pytest.approx((1e-3, 1e-8))
+    assert Links.flat(2e-3, 50e6).uniform.seconds(50_000) == pytest.approx(3e-3)
+    assert links.link(0, 7) == links.link(3, 2) == links.uniform and str(links).startswith("every link 1000 us")
+    assert Links.two_level(2, "1ms,1GB/s", "2ms,1GB/s").uniform is None
+    assert pickle.loads(pickle.dumps(links)) == links
+    with pytest.raises(ValueError):
+        Links.flat(1e-3, 0)
+    # every algorithm's own formula applies on uniform links; two-level links need a link formula
+    assert predict_on_links("naive", 4, 1e5, links) == pytest.approx(6 * (1e-3 + 1e5 * 1e-8))
+    assert predict_on_links("naive", 4, 1e5, SLOW) is None
+
+
+def _gather_to_rank_0(comm):
+    comm.barrier()
+    t0 = time.perf_counter()
+    if comm.rank:
+        comm.send(0, np.zeros(10_000, np.uint8), "gather")
+    else:
+        for src in range(1, comm.world_size):
+            comm.recv(src, "gather")
+    return time.perf_counter() - t0
+
+
+@pytest.mark.parametrize("transport", ["local", "shm"])
+def test_a_root_gathering_from_n_minus_1_ranks_waits_n_minus_1_link_times(transport):
+    """Receives arrive one after another at the root's port, as costmodel's naive formula charges;
+    without ingress, the root would wait one link time."""
+    links = Links.flat("20ms", "1GB/s")  # 20.01 ms per 10 kB message
+    with ae.Cluster(4, transport=transport, links=links) as cluster:
+        root = cluster.run(_gather_to_rank_0)[0]
+    one = links.uniform.seconds(10_000)
+    # (+ up to one link time: the barrier's skew)
+    assert 3 * one <= root < 4 * one, f"root waited {root * 1e3:.1f} ms; one link time {one * 1e3:.1f} ms"
+
+
+def _cpu_over_a_long_send(comm):
+    if comm.rank == 1:
+        comm.recv(0, "long")
+        return None
+    wall, cpu = time.perf_counter(), time.process_time()
+    comm.send(1, np.zeros(8, np.uint8), "long")
+    return (time.process_time() - cpu) / (time.perf_counter() - wall)
+
+
+def test_an_emulated_wait_uses_no_cpu():
+    """The sender sleeps to its deadline: its process spends under 5 % of the wait on the CPU,
+    leaving the cores to the other ranks (a spin would take 100 %)."""
+    with ae.Cluster(2, transport="shm", links=Links.flat("500ms", "1GB/s")) as cluster:
+        share = cluster.run(_cpu_over_a_long_send)[0]
+    assert share < 0.05, f"the waiting rank used {share:.0%} of a core"
+
+
+def _ports_free_again(comm):
+    """Ports are booked first come, first served: two senders to one receiver take turns."""
+    comm.barrier()
+    t0 = time.perf_counter()
+    if comm.rank in (1, 2):
+        comm.send(0, np.zeros(0, np.uint8), "turns")
+    elif comm.rank == 0:
+        comm.recv(1, "turns")
+        comm.recv(2, "turns")
+    return time.perf_counter() - t0
+
+
+def test_ports_are_shared_by_the_clusters_ranks_and_new_after_a_restart():
+    links = Links.flat("30ms", "1GB/s")
+    with ae.Cluster(3, transport="shm", links=links) as cluster:
+        first = cluster.run(_ports_free_again)[0]
+        cluster.restart()
+        again = cluster.run(_ports_free_again)[0]
+    for root in (first, again):
+        assert 2 * 30e-3 <= root < 3 * 30e-3, root  # one port: the two took turns
+    assert links.ports is None  # the caller's links stay a description; each world books its own
+
+
+def test_bench_on_flat_links_prints_the_links_model_and_the_fitted_one(tmp_path):
+    out = tmp_path / "rows.json"
+    result = subprocess.run([sys.executable, "-m", "allreduce_edu.cli", "bench", "-n", "2", "--transport", "local",
+                             "--links", "2ms,1GB/s", "--algorithm", "ring,naive", "-b", "8", "-e", "8",
+                             "--iters", "3", "--warmup", "1", "--json", str(out)],
+                            check=False, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "emulated links: every link 2000 us" in result.stdout and "# fitted on these links: every link" in result.stdout
+    [head] = [line for line in result.stdout.splitlines() if line.startswith("#") and "algorithm" in line]
+    assert head.split()[-2:] == ["model", "fitted"], head
+    rows = json.loads(out.read_text())
+    assert all(r["model_us"] == pytest.approx(4000, rel=1e-3) and r["fit_us"] > 0 for r in rows), rows
+    refused = subprocess.run([sys.executable, "-m", "allreduce_edu.cli", "bench", "--testbed", "--topology", "2x2"],
+                             check=False, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "drop --topology" in refused.stderr

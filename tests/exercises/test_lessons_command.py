@@ -176,8 +176,8 @@ def test_the_key_is_never_written_over_a_learners_folder(tmp_path, capsys):
 
 def test_the_key_keeps_its_checks_out_of_the_instructors_progress(tmp_path, monkeypatch):
     monkeypatch.setenv("ALLREDUCE_EDU_DATA_DIR", str(tmp_path / "instructor"))
-    [(name, problems)] = course.write_solved(tmp_path / "key", lessons=["00"])
-    assert problems == [] and name == "00_welcome.ipynb"
+    [(name, problems, skipped)] = course.write_solved(tmp_path / "key", lessons=["00"])
+    assert problems == [] and skipped == "" and name == "00_welcome.ipynb"
     assert not (tmp_path / "instructor" / "progress.json").exists()
 
 
