@@ -1,11 +1,11 @@
 """Fewer bytes on the wire: gradient compression on the package's collectives.
 
-    casts.allreduce_fp16(comm, x, algorithm="ring")   # divide by N first, then sum in fp16
-    casts.allreduce_bf16(comm, x)                     # bf16 bits, summed hop by hop
-    casts.allreduce_fp8(comm, x, hops="once")         # e4m3 quantized twice, or at every hop
-    PowerSGD(rank=1)                                  # P = MQ, Q = MᵀP: (n+m)·r values, not n·m
-    OneBit()                                          # signs + a scale per chunk, two error buffers
-    train(cluster, scheme, steps)                     # lesson 08's model: losses, bytes per step
+    allreduce_fp16(comm, x, algorithm="ring")   # divide by N first, then sum in fp16
+    allreduce_bf16(comm, x)                     # bf16 bits, summed hop by hop around the ring
+    allreduce_fp8(comm, x, hops="once")         # e4m3 quantized twice, or at every hop
+    PowerSGD(rank=1)                            # P = MQ, Q = MᵀP: (n+m)·r values, not n·m
+    OneBit()                                    # signs + a scale per chunk, two error buffers
+    train(cluster, scheme, steps)               # lesson 08's model: losses, bytes per step
 
 Every scheme averages one flat bucket of gradients, `scheme.mean(comm, flat, shapes, key)`, and
 says what it sends, `scheme.bytes_per_step(shapes, dtype, world_size)`, which equals what the

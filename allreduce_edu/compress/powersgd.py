@@ -20,7 +20,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from .casts import ring_bytes
+from .casts import check_float, ring_bytes
 from .feedback import ErrorFeedback
 from .schemes import Scheme, count
 
@@ -64,7 +64,9 @@ class PowerSGD(Scheme):
         if not isinstance(rank, (int, np.integer)) or rank < 1:
             raise ValueError(f"PowerSGD rank must be a whole number >= 1, got {rank!r}")
         self.rank, self.error_feedback, self.warm_start = int(rank), error_feedback, warm_start
-        self.start_powerSGD_iter = start_powerSGD_iter  # plain all-reduces before this step
+        # plain all-reduces before this step: 2, the least DDP allows with error feedback or
+        # warm start (torch's default, 1000, is for long runs; the lessons' runs are ~100 steps)
+        self.start_powerSGD_iter = start_powerSGD_iter
         self.min_compression_rate = min_compression_rate
         self.epsilon, self.draw = epsilon, draw  # draw(seed, shapes, dtype) -> random Qs
         self.iter = 0  # steps done (a step ends with its last bucket)
@@ -77,8 +79,13 @@ class PowerSGD(Scheme):
                 f"warm_start={self.warm_start}, iter={self.iter})")
 
     def mean(self, comm, flat, shapes=None, key=0, last=True) -> np.ndarray:
-        flat = np.asarray(flat)
-        shapes = [flat.shape] if shapes is None else [tuple(s) for s in shapes]
+        """≈ the mean over ranks of `flat`, which holds tensors of `shapes` (None: one tensor)."""
+        x = check_float(comm, flat)
+        flat = x.reshape(-1)  # (total,)
+        shapes = [x.shape] if shapes is None else [tuple(s) for s in shapes]
+        if count(shapes) != flat.size:
+            raise ValueError(f"rank {comm.rank}: a bucket of {flat.size} values cannot hold "
+                             f"tensors of shapes {shapes} ({count(shapes)} values)")
         if self.iter < self.start_powerSGD_iter:  # plain all-reduce, divided first
             result = np.asarray(self._sum(comm, flat / comm.world_size))
         elif self.error_feedback:
@@ -86,7 +93,7 @@ class PowerSGD(Scheme):
         else:
             result = self._round(comm, flat, shapes, key)
         self.iter += bool(last)
-        return result
+        return result.reshape(x.shape)
 
     def plan(self, shapes) -> tuple[list[int], list[int]]:
         """(tensors compressed, grouped by shape as torch orders them; tensors sent as they are)."""

@@ -11,6 +11,8 @@ buffers, remembered Qs) is that rank's. The bytes of each step are read from the
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from ..collectives import allreduce
@@ -28,11 +30,11 @@ def sent_since(comm, mark: int) -> int:
 def train_on_rank(comm, scheme, steps: int = 100, lr: float = 0.1, batch: int = 64,
                   seed: int = 0, sizes=None, samples: int = 512) -> dict:
     """Run on every rank: SGD with gradients averaged by `scheme`; the batch losses, the bytes
-    all ranks sent each step, the final parameters."""
+    all ranks sent and the slowest rank's seconds averaging each step, the final parameters."""
     X, y = make_dataset(samples, seed=seed)
     params = (MLP(seed=seed) if sizes is None else MLP(sizes, seed=seed)).params
     shapes = [p.shape for p in params]
-    losses, sent = np.zeros(steps), np.zeros(steps)
+    losses, sent, seconds = np.zeros(steps), np.zeros(steps), np.zeros(steps)
     for step in range(steps):
         idx = shard(comm, step, len(y), batch, seed)
         weight = len(idx) / batch  # this shard's share of the global batch
@@ -42,14 +44,16 @@ def train_on_rank(comm, scheme, steps: int = 100, lr: float = 0.1, batch: int = 
             loss, grads = 0.0, [np.zeros_like(p) for p in params]
         # (total,) the mean over ranks of N·weight·g is the full batch's gradient
         flat = np.concatenate([(comm.world_size * weight * g).reshape(-1) for g in grads])
-        mark = len(comm.trace.events)
+        mark, t0 = len(comm.trace.events), time.perf_counter()
         mean = scheme.mean(comm, flat, shapes, key=0, last=True)
+        seconds[step] = time.perf_counter() - t0
         sent[step] = sent_since(comm, mark)
         losses[step] = weight * loss
         params = sgd_step(params, unbucket([mean], params), lr)
     # the histories: one all-reduce each, at the end (not counted)
     return {"losses": allreduce(comm, losses, "sum"),
             "bytes_per_step": allreduce(comm, sent, "sum").astype(int),
+            "seconds_per_step": allreduce(comm, seconds, "max"),
             "params": params, "scheme": repr(scheme)}
 
 

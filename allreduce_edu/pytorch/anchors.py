@@ -1,7 +1,7 @@
 """torch's own compression hooks, the anchors that compress/ is checked against (extra [torch]).
 
-    train_ddp(comm, meet, None, torch_hook=fp16_hook)                       # torch's fp16
-    train_ddp(comm, meet, None, torch_hook=functools.partial(powersgd_hook, 1, 2))
+    cluster.run(train_ddp, meet, None, torch_hook=fp16_hook)       # torch's fp16 hook
+    cluster.run(train_ddp, meet, None, torch_hook=powersgd_hook)   # its PowerSGD, rank 1
     PowerSGD(1, draw=torch_draw)     # our PowerSGD with torch's random Qs: the same numbers
 
 torch/distributed/algorithms/ddp_comm_hooks: `default_hooks.fp16_compress_hook`,

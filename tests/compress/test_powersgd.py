@@ -82,9 +82,12 @@ def test_warm_start_converges_to_the_best_rank_r_approximation():
     best = np.sqrt(np.sum(np.linalg.svd(m, compute_uv=False)[2:] ** 2))  # Eckart-Young
     assert errors[0] > 1.01 * best and abs(errors[-1] - best) < 1e-6 * best
     assert [q.shape for q in memory[0]] == [(18, 2)]
-    cold = PowerSGD(2, warm_start=False, start_powerSGD_iter=0, error_feedback=False)
-    cluster.run(lambda comm: cold.mean(comm, m.reshape(-1), [m.shape]))
-    assert cold.q_memory == {}
+    def cold(comm):  # each rank's own copy of the scheme: its memory stays empty
+        scheme = PowerSGD(2, warm_start=False, start_powerSGD_iter=0, error_feedback=False)
+        scheme.mean(comm, m.reshape(-1), [m.shape])
+        return scheme.q_memory
+
+    assert cluster.run(cold) == [{}, {}, {}]
 
 
 def test_vectors_and_small_matrices_go_uncompressed_and_same_shapes_group_as_in_torch():
@@ -106,6 +109,20 @@ def test_ranks_above_min_n_m_are_refused_clearly():
     cluster = cluster_for("local", 2)
     with pytest.raises(ValueError, match="more than min"):
         cluster.run(one_round, [(3, 16)], 4)
+    with pytest.raises(ValueError, match=r"a bucket of 10 values cannot hold tensors of shapes"):
+        cluster.run(lambda comm: PowerSGD(1).mean(comm, np.zeros(10), [(3, 4)]))
+    with pytest.raises(TypeError, match="floating-point gradients"):
+        cluster.run(lambda comm: PowerSGD(1).mean(comm, np.zeros((3, 4), int)))
+
+
+def test_a_matrix_on_its_own_keeps_its_shape():
+    def run(comm):
+        m = grads(comm.rank, 0, [(12, 7)]).reshape(12, 7)
+        return PowerSGD(1, error_feedback=False, start_powerSGD_iter=0).mean(comm, m)
+
+    got = cluster_for("local", 3).run(run)[0]
+    assert got.shape == (12, 7)
+    np.testing.assert_allclose(got.reshape(-1), power_step(3, (12, 7), 1), rtol=1e-10, atol=1e-12)
 
 
 def bytes_by_step(comm, steps: int, rank: int, algorithm="ring"):

@@ -74,3 +74,13 @@ def test_powersgd_under_ddp_refuses_to_keep_state_before_the_bucket_rebuild():
     cluster = cluster_for("grpc", 2)
     with pytest.raises(ValueError, match="start_powerSGD_iter >= 2"):
         cluster.run(train_ddp, rendezvous(), None, 1, compress=PowerSGD(1, start_powerSGD_iter=1))
+
+
+def test_every_scheme_is_a_ddp_hook():
+    from allreduce_edu.compress import BF16, FP8, OneBit, Scheme
+
+    cluster = cluster_for("shm", 2)
+    for scheme in (Scheme("tree"), BF16(), FP8(), OneBit(), PowerSGD(2)):
+        run = cluster.run(train_ddp, rendezvous(), None, 4, compress=scheme)
+        assert np.isfinite(run[0]["losses"]).all() and run[0]["bytes_sent"] > 0, scheme
+        assert run[0]["losses"][-1] < run[0]["losses"][0], scheme
