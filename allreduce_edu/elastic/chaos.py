@@ -18,6 +18,7 @@ import numpy as np
 
 from ..runtime.processes import GUARD_HINT
 from .lighthouse import Lighthouse
+from .quorum import quorum
 from .replica import PHASES, ReplicaStart, main
 
 
@@ -87,13 +88,14 @@ class ChaosResult:
 def run_chaos(steps: int = 50, replicas: int = 4, failures: int = 3, seed: int = 0,
               min_replicas: int = 2, heartbeat_timeout: float = 0.3,
               compute_seconds: float = 0.01, algorithm: str = "ring", timeout: float = 60.0,
-              schedule: list[Kill] | None = None) -> ChaosResult:
+              schedule: list[Kill] | None = None, quorum_rule=quorum) -> ChaosResult:
     """Train `replicas` replicas for `steps` committed steps through `schedule`'s kills (default:
-    chaos_schedule(steps, replicas, failures, seed)); every process ends before this returns."""
+    chaos_schedule(steps, replicas, failures, seed)), the Lighthouse forming quorums by
+    `quorum_rule` (quorum.quorum's signature); every process ends before this returns."""
     schedule = chaos_schedule(steps, replicas, failures, seed) if schedule is None else schedule
     result = ChaosResult(steps, min_replicas, heartbeat_timeout, list(schedule))
     ctx = multiprocessing.get_context("spawn")  # never fork: gRPC's threads are not fork-safe
-    with Lighthouse(min_replicas, heartbeat_timeout) as lighthouse:
+    with Lighthouse(min_replicas, heartbeat_timeout, rule=quorum_rule) as lighthouse:
         result.ports.append(int(lighthouse.address.rpartition(":")[2]))
         procs, conns = [], []
         try:

@@ -43,12 +43,14 @@ class Lighthouse:
     A quorum forms at once when every member of the last one asked again (fast), when every
     replica heartbeating asked, or `join_timeout` seconds after the first asked (stragglers wait
     for the next step). A replica that reports an error gets a fresh world: the next quorum id.
+    `rule` is the quorum rule (quorum.quorum's signature): a learner's own, in lesson 15.
     """
 
     def __init__(self, min_replicas: int = 1, heartbeat_timeout: float = 0.5,
                  join_timeout: float | None = None, token: str | None = None,
-                 host: str = "127.0.0.1"):
+                 host: str = "127.0.0.1", rule=quorum):
         self.min_replicas, self.heartbeat_timeout = min_replicas, heartbeat_timeout
+        self.rule = rule
         self.join_timeout = 3 * heartbeat_timeout if join_timeout is None else join_timeout
         self.token = token or secrets.token_hex(16)
         self.history: list[tuple[float, Quorum]] = []  # (time.monotonic(), quorum) as formed
@@ -105,8 +107,8 @@ class Lighthouse:
     def _try_form(self) -> None:
         """Form a quorum of the replicas waiting, if the rule gives one and it is time (locked)."""
         now = time.monotonic()
-        q = quorum(self._heartbeats, self._previous, self.min_replicas, self._joined, now,
-                   self.heartbeat_timeout)
+        q = self.rule(dict(self._heartbeats), self._previous, self.min_replicas,
+                      set(self._joined), now, self.heartbeat_timeout)
         if q is None:
             return
         healthy = alive(self._heartbeats, now, self.heartbeat_timeout)
@@ -114,7 +116,7 @@ class Lighthouse:
         first = min(since for _, _, since in self._joined.values())
         if not (fast or healthy <= set(self._joined) or now - first >= self.join_timeout):
             return
-        if q is self._previous and any(self._joined[m][1] for m in q.members):
+        if q == self._previous and any(self._joined[m][1] for m in q.members):
             q = Quorum(q.quorum_id + 1, q.members)  # an error: same members, a fresh world
         members = [[m, self._joined[m][0]] for m in q.members]
         for m in q.members:
