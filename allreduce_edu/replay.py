@@ -60,7 +60,8 @@ def replay(trace, world_size: int | None = None, chunks: int | None = None, *, v
         chunks = max((e.chunk[1] for e in events if e.chunk is not None), default=1)
     for e in events:
         if (max(e.src, e.dst) >= world_size
-                or (e.chunk is not None and not 0 <= e.chunk[0] < e.chunk[1] <= chunks)):
+                or (e.chunk is not None and not (-chunks <= e.chunk[0] < e.chunk[1] <= chunks
+                                                 and e.chunk[1] - e.chunk[0] <= chunks))):
             raise ValueError(f"message {e} does not fit a world of {world_size} ranks with "
                              f"{chunks} chunks; pass the world_size and chunks the run used")
     pieces = (_initial_pieces(values, world_size, chunks, _name(events), op)
@@ -75,7 +76,8 @@ def replay(trace, world_size: int | None = None, chunks: int | None = None, *, v
         # every message of a step carries what its sender held when the step began
         before = _freeze(held)
         for e in messages:
-            covered = range(chunks) if e.chunk is None else range(*e.chunk)
+            # lo < 0: a run of chunks that wraps past the last one (Bruck's)
+            covered = range(chunks) if e.chunk is None else [c % chunks for c in range(*e.chunk)]
             for c in covered:
                 held[e.dst][c] = held[e.dst][c] | before[e.src][c]
             sent[e.src] += e.nbytes

@@ -1,12 +1,14 @@
 """Collectives over any Communicator: one algorithm per module, chosen by name.
 
     allreduce(comm, x, op="sum", algorithm="ring")  # naive, all_to_all, ring, tree,
-                                                    # recursive_doubling, rabenseifner
+                                                    # recursive_doubling, rabenseifner, ...
     reduce(comm, x, op="sum", root=0)               # binomial tree; result on root, None elsewhere
     broadcast(comm, x, root=0)                      # binomial tree; root's x on every rank
-    reduce_scatter(comm, x, op="sum")               # ring; rank r gets np.array_split(x, N)[r]
-    all_gather(comm, x)                             # ring; pieces joined along axis 0 in rank order
+    reduce_scatter(comm, x, op="sum", algorithm="ring")  # or "bruck";
+                                                    # rank r gets np.array_split(x, N)[r]
+    all_gather(comm, x, algorithm="ring")           # or "bruck"; pieces joined along axis 0
     iallreduce, ireduce_scatter, iall_gather        # non-blocking: a request now, .wait() later
+    double_binary_tree.double_binary_tree(comm, x, op, chunks=K)  # NCCL's trees, K chunks per tree
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from . import ring
 from . import tree
 from . import recursive  # noqa: F401 - imported to register recursive_doubling, rabenseifner
 from . import hierarchical  # noqa: F401 - needs ring; nodes from comm.links (lessons/05)
+from . import double_binary_tree  # noqa: F401 - NCCL's two trees (lessons/04)
+from . import bruck
 # isort: on
 from ..ops import OPS
 from .nonblocking import CollectiveRequest, iall_gather, iallreduce, ireduce_scatter, wait_all
@@ -29,7 +33,31 @@ from .registry import ALGORITHMS, DESCRIPTIONS, check_op, check_root, describe
 
 __all__ = ["allreduce", "reduce", "broadcast", "reduce_scatter", "all_gather", "ALGORITHMS",
            "DESCRIPTIONS", "describe", "OPS", "iallreduce", "ireduce_scatter", "iall_gather",
-           "wait_all", "CollectiveRequest"]
+           "wait_all", "CollectiveRequest", "REDUCE_SCATTERS", "ALL_GATHERS"]
+
+
+def _reduce_scatter_ring(comm, pieces: list[np.ndarray], op: str) -> np.ndarray:
+    out = [None] * comm.world_size
+    out[comm.rank] = np.empty_like(pieces[comm.rank])  # the only piece this rank keeps
+    return ring.reduce_scatter_ring(comm, pieces, op, out=out)
+
+
+def _all_gather_ring(comm, x: np.ndarray) -> np.ndarray:
+    pieces = [None] * comm.world_size
+    pieces[comm.rank] = x
+    return np.concatenate(ring.all_gather_ring(comm, pieces), axis=0)
+
+
+# name -> (comm, this rank's N pieces, op) -> its reduced piece; the formulas in costmodel
+REDUCE_SCATTERS = {"ring": _reduce_scatter_ring, "bruck": bruck.reduce_scatter_bruck}
+# name -> (comm, x) -> every rank's x joined along axis 0 (lengths may differ)
+ALL_GATHERS = {"ring": _all_gather_ring, "bruck": bruck.all_gatherv_bruck}
+
+
+def _check_algorithm(comm, algorithm: str, table: dict, what: str) -> None:
+    if algorithm not in table:
+        raise ValueError(f"rank {comm.rank}: unknown {what} algorithm {algorithm!r}; valid "
+                         f"algorithms: {', '.join(table)}")
 
 
 def allreduce(comm, x, op: str = "sum", algorithm: str = "ring") -> np.ndarray:
@@ -62,26 +90,25 @@ def broadcast(comm, x, root: int = 0) -> np.ndarray:
         return tree.broadcast_tree(comm, x, root)
 
 
-def reduce_scatter(comm, x, op: str = "sum") -> np.ndarray:
-    """Ring reduce-scatter: rank r gets the reduction of piece r of
+def reduce_scatter(comm, x, op: str = "sum", algorithm: str = "ring") -> np.ndarray:
+    """Reduce-scatter (ring, or Bruck's in ⌈log2 N⌉ steps): rank r gets the reduction of piece r of
     np.array_split(x, world_size, axis=0)."""
     check_op(comm, op)
+    _check_algorithm(comm, algorithm, REDUCE_SCATTERS, "reduce_scatter")
     x = check_array(x, f"reduce_scatter input on rank {comm.rank}")
     if x.ndim == 0:
         raise ValueError(f"reduce_scatter on rank {comm.rank} needs an array with at least one "
                          f"axis to split")
-    with comm.collective("reduce_scatter", algorithm="ring", op=op, dtype=x.dtype, shape=x.shape):
+    with comm.collective("reduce_scatter", algorithm=algorithm, op=op, dtype=x.dtype,
+                         shape=x.shape):
         mine = np.array_split(x, comm.world_size, axis=0)  # views of x, never written
-        out = [None] * comm.world_size
-        out[comm.rank] = np.empty_like(mine[comm.rank])  # the only piece this rank keeps
-        return ring.reduce_scatter_ring(comm, mine, op, out=out)
+        return REDUCE_SCATTERS[algorithm](comm, mine, op)
 
 
-def all_gather(comm, x) -> np.ndarray:
-    """Ring all-gather: every rank's x concatenated along axis 0 in rank order
-    (lengths may differ)."""
+def all_gather(comm, x, algorithm: str = "ring") -> np.ndarray:
+    """All-gather (ring, or Bruck's in ⌈log2 N⌉ steps): every rank's x concatenated along axis 0
+    in rank order (lengths may differ)."""
+    _check_algorithm(comm, algorithm, ALL_GATHERS, "all_gather")
     x = np.atleast_1d(check_array(x, f"all_gather input on rank {comm.rank}"))
-    with comm.collective("all_gather", algorithm="ring", dtype=x.dtype, shape=x.shape[1:]):
-        pieces = [None] * comm.world_size
-        pieces[comm.rank] = x
-        return np.concatenate(ring.all_gather_ring(comm, pieces), axis=0)
+    with comm.collective("all_gather", algorithm=algorithm, dtype=x.dtype, shape=x.shape[1:]):
+        return ALL_GATHERS[algorithm](comm, x)

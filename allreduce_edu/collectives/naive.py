@@ -35,8 +35,10 @@ def allreduce_all_to_all(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
 
     Not MPI's Alltoall (which sends a different piece to each rank): the naive direct exchange.
     """
-    n = comm.world_size
-    sends = [comm.isend(dst, x, "exchange", step=0) for dst in range(n) if dst != comm.rank]
+    n, r = comm.world_size, comm.rank
+    # rank r sends to r+1, r+2, ... in turn: at each moment every rank sends to a different one,
+    # so no receiver's port is asked for twice at once (all sending to rank 0 first would be)
+    sends = [comm.isend((r + k) % n, x, "exchange", step=0) for k in range(1, n)]
     contributions = [x if src == comm.rank else comm.recv(src, "exchange") for src in range(n)]
     for request in sends:
         request.wait()

@@ -130,18 +130,19 @@ def iallreduce(comm, x, op: str = "sum", algorithm: str = "ring") -> CollectiveR
                   lambda c, a: allreduce(c, a, op, algorithm), np.array(x))
 
 
-def ireduce_scatter(comm, x, op: str = "sum") -> CollectiveRequest:
-    """Start `reduce_scatter(comm, x, op)` (x copied now)."""
+def ireduce_scatter(comm, x, op: str = "sum", algorithm: str = "ring") -> CollectiveRequest:
+    """Start `reduce_scatter(comm, x, op, algorithm)` (x copied now)."""
     from . import reduce_scatter
 
-    return _issue(comm, "reduce_scatter", lambda c, a: reduce_scatter(c, a, op), np.array(x))
+    return _issue(comm, "reduce_scatter", lambda c, a: reduce_scatter(c, a, op, algorithm),
+                  np.array(x))
 
 
-def iall_gather(comm, x) -> CollectiveRequest:
-    """Start `all_gather(comm, x)` (x copied now)."""
+def iall_gather(comm, x, algorithm: str = "ring") -> CollectiveRequest:
+    """Start `all_gather(comm, x, algorithm)` (x copied now)."""
     from . import all_gather
 
-    return _issue(comm, "all_gather", all_gather, np.array(x))
+    return _issue(comm, "all_gather", lambda c, a: all_gather(c, a, algorithm), np.array(x))
 
 
 def wait_all(requests) -> list:

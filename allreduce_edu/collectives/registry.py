@@ -23,8 +23,8 @@ from ..comm.base import check_array
 from ..ops import OPS
 from ..ops import check_op as _check_op
 
-# ranks on a circle, around rank 0, by bit count, as a cube
-LAYOUTS = ("ring", "star", "tree", "hypercube")
+# ranks on a ring, around rank 0, by bit count, as a cube, two trees in two colours, on a circle
+LAYOUTS = ("ring", "star", "tree", "hypercube", "double_tree", "circle")
 
 
 def split_bounds(size: int, chunks: int) -> np.ndarray:

@@ -70,10 +70,12 @@ def plot_overlap(ranks: list, ax, title: str = "") -> None:
         for b, (_, t0, t1) in enumerate(r["comm_spans"]):
             ax.broken_barh([((t0 - r["t0"]) * 1e3, (t1 - t0) * 1e3)], (rank + 0.02, 0.4),
                            facecolors="#fd8d3c" if b % 2 == 0 else "#a63603")
-        ax.text(r["step"] * 1e3, rank, f"  exposed {r['exposed'] * 1e3:.0f} ms", va="center",
-                fontsize=8)
+        # this one step's exposure; the tables give medians over steps, rounds and ranks
+        ax.text(r["step"] * 1e3, rank, f"  this step: exposed {r['exposed'] * 1e3:.0f} ms",
+                va="center", fontsize=8)
     handles = [Patch(color=c, label=k) for k, c in colours.items()]
-    handles.append(Patch(color="#fd8d3c", label="all-reduce of a bucket"))
+    handles += [Patch(color="#fd8d3c", label="all-reduce: buckets 0, 2, 4 …"),
+                Patch(color="#a63603", label="all-reduce: buckets 1, 3, …")]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8,
               frameon=False)
     room = 1.22e3 * max(r["step"] for r in ranks)  # for the labels

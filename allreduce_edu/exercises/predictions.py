@@ -42,17 +42,15 @@ def predict(key: str, value) -> None:
     print(f"recorded: you predict {_show(value)} for {key}. Now run the measurement.")
 
 
-def compare(key: str, measured: float, model: float | None = None, unit: str = "") -> str:
-    """One line: your recorded guess for `key` beside the measured value and the model's."""
+def compare(key: str, measured: float, model: float | None = None, unit: str = "") -> None:
+    """Print one line: your recorded guess for `key` beside the measured value and the model's."""
     guess = load().get(key, {}).get("value")
     parts = [f"you predicted {_show(guess)}{unit}" if guess is not None
              else f"no prediction recorded for {key}",
              f"measured {_show(measured)}{unit}"]
     if model is not None:
         parts.append(f"the model says {_show(model)}{unit}")
-    line = ", ".join(parts)
-    print(line)
-    return line
+    print(", ".join(parts))
 
 
 def _show(value: float) -> str:

@@ -1,6 +1,7 @@
 """PyTorch on the package's collectives (extra `[torch]`). Introduced in lessons/13_pytorch.
 
     hook.register(ddp_model, comm, "ring")        # DDP's gradient buckets all-reduced by our ring
+    hook.register(ddp_model, comm, compress=PowerSGD(1))   # or averaged by a compress/ scheme
     ddp.train_ddp(comm, meet, algorithm="ring")   # a rank's side: gloo for DDP's set-up, our hook
     tensor_parallel.sequence_parallel_norm(comm, partial, residual, weight, bias)
                                                   # fused reduce-scatter + LayerNorm + all-gather,

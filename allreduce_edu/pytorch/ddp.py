@@ -61,16 +61,22 @@ def gloo_group(comm, meet: str, timeout: float = 60.0) -> None:
 
 def train_ddp(comm, meet: str, algorithm="ring", steps: int = 20, batch: int = 64,
               lr: float = 0.1, seed: int = 0, bucket_cap_mb: float = 0.01,
-              samples: int = 1024) -> dict:
+              samples: int = 1024, compress=None, torch_hook=None) -> dict:
     """On one rank: train lesson 13's CNN under DDP, its buckets all-reduced by `algorithm` (a
-    name, or fn(comm, x)) over `comm`, or by gloo's all_reduce when algorithm is None.
+    name, or fn(comm, x)) over `comm`, or averaged by the compression scheme `compress`, or by
+    gloo's all_reduce when algorithm is None: then `torch_hook() -> (state, hook)`, if given, is
+    torch's own hook on gloo (fp16_compress_hook, powerSGD_hook: the anchors of compress/).
     This rank's losses and seconds per step, the buckets, the final parameters."""
     torch.set_num_threads(1)  # the ranks share this machine's cores
     X, y = make_bars(samples, seed)
     gloo_group(comm, meet)
     # small buckets (10 kB), so even this small model's gradients travel in several
     model = DistributedDataParallel(make_cnn(seed), bucket_cap_mb=bucket_cap_mb)
-    state = None if algorithm is None else register(model, comm, algorithm)
+    state = None
+    if algorithm is not None or compress is not None:
+        state = register(model, comm, algorithm or "ring", compress)
+    elif torch_hook is not None:
+        model.register_comm_hook(*torch_hook())
     try:
         run = train(model, X, y, steps, batch, lr, comm.rank, comm.world_size, seed)
     finally:  # a failed bucket leaves the others' requests queued: finish them before returning

@@ -12,6 +12,8 @@ parameters); every gradient byte goes through our code and is in `comm.trace`.
 
     state = register(ddp_model, comm, algorithm="ring")   # any name in ALGORITHMS, or
                                                           # your fn(comm, x) -> sum over ranks
+    state = register(ddp_model, comm, compress=PowerSGD(1))   # or any allreduce_edu.compress
+                                                              # scheme: its mean of each bucket
 """
 
 # no `from __future__ import annotations`: DDP checks the hook's return annotation itself
@@ -22,15 +24,20 @@ import torch
 
 from ..collectives import ALGORITHMS, CollectiveRequest, allreduce
 from ..collectives.nonblocking import progress_of
+from ..compress import PowerSGD
 
 
 class HookState:
     """What the hook needs on one rank: the communicator, the all-reduce to use, and a log of the
     buckets it reduced."""
 
-    def __init__(self, comm, algorithm="ring"):
+    def __init__(self, comm, algorithm="ring", compress=None):
         self.comm = comm
         self.reduce, self.name = _reducer(comm, algorithm)
+        # a compression scheme (allreduce_edu.compress) averages each bucket instead, when given
+        self.compress = _check_compress(comm, compress)
+        if compress is not None:
+            self.name = compress.name
         self.buckets: list[tuple[int, int]] = []  # (bucket index, bytes), in the order reduced
         self.requests: list[CollectiveRequest] = []  # the last backward's (for their times)
         # how long a bucket may take, queue included, before DDP is told it failed
@@ -51,6 +58,17 @@ def _reducer(comm, algorithm):
     return (lambda c, x: allreduce(c, x, "sum", algorithm)), algorithm
 
 
+def _check_compress(comm, scheme):
+    """`scheme`, if DDP can run it: state kept per bucket must not start before DDP's rebuild."""
+    if (isinstance(scheme, PowerSGD) and (scheme.error_feedback or scheme.warm_start)
+            and scheme.start_powerSGD_iter < 2):
+        raise ValueError(f"rank {comm.rank}: PowerSGD under DDP needs start_powerSGD_iter >= 2 "
+                         f"with error feedback or warm start (got {scheme.start_powerSGD_iter}): "
+                         f"DDP rebuilds its buckets after the first step, as torch's "
+                         f"PowerSGDState says")
+    return scheme
+
+
 def allreduce_hook(state: HookState, bucket) -> torch.futures.Future[torch.Tensor]:
     """DDP's hook: start the sum all-reduce of `bucket`'s flat gradients on the communication
     thread; the future it returns is completed there with the average (sum / world_size), as
@@ -60,6 +78,7 @@ def allreduce_hook(state: HookState, bucket) -> torch.futures.Future[torch.Tenso
     # (bucket elements,) flat, copied now: the all-reduce runs later, on another thread
     grads = bucket.buffer().detach().numpy().copy()
     index, n = bucket.index(), state.comm.world_size
+    shapes, last = [tuple(g.shape) for g in bucket.gradients()], bucket.is_last()
     once = threading.Lock()  # the first of result, error and deadline settles the future
 
     def settle(result=None, error=None) -> None:
@@ -70,7 +89,10 @@ def allreduce_hook(state: HookState, bucket) -> torch.futures.Future[torch.Tenso
     def reduce_and_complete(comm, flat: np.ndarray) -> np.ndarray:
         # runs on the rank's communication thread, in the order the buckets were issued
         try:
-            total = np.asarray(state.reduce(comm, flat))
+            if state.compress is not None:  # the scheme's mean is the hook's result as it is
+                total = np.asarray(state.compress.mean(comm, flat, shapes, index, last))
+            else:
+                total = np.asarray(state.reduce(comm, flat))
             if total.shape != flat.shape:
                 raise ValueError(f"rank {comm.rank}: {state.name} returned shape {total.shape} "
                                  f"for a bucket of shape {flat.shape}; return the sum, same shape")
@@ -78,7 +100,8 @@ def allreduce_hook(state: HookState, bucket) -> torch.futures.Future[torch.Tenso
             settle(error=RuntimeError(f"rank {comm.rank}: the DDP hook's {state.name} all-reduce "
                                       f"of bucket {index} failed: {type(e).__name__}: {e}"))
             raise
-        settle(torch.from_numpy(total.astype(flat.dtype, copy=False)).div_(n))
+        mean = torch.from_numpy(total.astype(flat.dtype, copy=False))
+        settle(mean if state.compress is not None else mean.div_(n))
         return total
 
     timer = threading.Timer(state.deadline, lambda: settle(error=RuntimeError(
@@ -99,9 +122,9 @@ def allreduce_hook(state: HookState, bucket) -> torch.futures.Future[torch.Tenso
     return future
 
 
-def register(model, comm, algorithm="ring") -> HookState:
-    """Make DDP `model` all-reduce its gradient buckets with `algorithm` over `comm`
-    (call before the first backward)."""
-    state = HookState(comm, algorithm)
+def register(model, comm, algorithm="ring", compress=None) -> HookState:
+    """Make DDP `model` all-reduce its gradient buckets with `algorithm` over `comm`, or average
+    them with the compression scheme `compress` (call before the first backward)."""
+    state = HookState(comm, algorithm, compress)
     model.register_comm_hook(state, allreduce_hook)
     return state

@@ -12,9 +12,17 @@ Lessons 02-05.
 """
 
 from .animation import StepAnimation
-from .layouts import NaiveAnimation, RingAnimation, TreeAnimation, animate
+from .layouts import (
+    CircleAnimation,
+    DoubleTreeAnimation,
+    NaiveAnimation,
+    RingAnimation,
+    TreeAnimation,
+    animate,
+)
 from .plots import plot_bandwidth, plot_cost_model, plot_timeline
 from .timeline import Timeline, timeline
 
-__all__ = ["StepAnimation", "RingAnimation", "TreeAnimation", "NaiveAnimation", "animate",
+__all__ = ["StepAnimation", "RingAnimation", "TreeAnimation", "NaiveAnimation",
+           "DoubleTreeAnimation", "CircleAnimation", "animate",
            "plot_timeline", "plot_bandwidth", "plot_cost_model", "Timeline", "timeline"]

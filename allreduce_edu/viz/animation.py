@@ -94,8 +94,9 @@ class StepAnimation(BrowserWidget):
         """Where each rank's box sits, in [-1, 1]²."""
         raise NotImplementedError
 
-    def edges(self) -> list[tuple[int, int]]:
-        """Faint links between ranks drawn behind the boxes (the topology)."""
+    def edges(self) -> list[tuple]:
+        """Faint links between ranks drawn behind the boxes (the topology): (a, b), or (a, b,
+        colour) for a link drawn in its own colour (the double binary tree's two trees)."""
         return []
 
     # --- stepping -------------------------------------------------------------------------
@@ -169,7 +170,8 @@ class StepAnimation(BrowserWidget):
                 "messages": [self._message_data(e) for e in state.messages]}
 
     def _message_data(self, e) -> dict:
-        lo, hi = e.chunk if e.chunk is not None else (0, self.chunks)
+        # a run that wraps past the last chunk (lo < 0) leaves from the whole box
+        lo, hi = e.chunk if e.chunk is not None and e.chunk[0] >= 0 else (0, self.chunks)
         span, size = chunk_span(e.chunk, self.chunks), format_bytes(e.nbytes)
         return {"src": e.src, "dst": e.dst, "lo": lo, "hi": hi, "tag": e.tag, "step": e.step,
                 "nbytes": e.nbytes, "label": f"{span} · {size}",

@@ -89,9 +89,9 @@ def chunk_span(chunk, chunks: int) -> str:
     """How an arrow names what it carries: 'b', 'c–d', 'all'."""
     if chunk is None or chunks == 1:
         return "all"
-    lo, hi = chunk
-    return (chunk_name(lo, chunks) if hi == lo + 1
-            else f"{chunk_name(lo, chunks)}–{chunk_name(hi - 1, chunks)}")
+    lo, hi = chunk  # lo < 0: the run wraps past the last chunk ('d–a')
+    return (chunk_name(lo % chunks, chunks) if hi == lo + 1
+            else f"{chunk_name(lo % chunks, chunks)}–{chunk_name((hi - 1) % chunks, chunks)}")
 
 
 def _fits(text: str, size: float, width: float) -> bool:
@@ -155,8 +155,9 @@ class Frame:
         self.positions, self.box_w = positions, box_w
         clear(ax)
         self.cell_w = cell_w = box_w / chunks
-        for a, b in edges:  # the topology, faint, behind everything
-            ax.plot(*zip(positions[a], positions[b], strict=True), color="#cccccc", lw=1, zorder=0)
+        for a, b, *colour in edges:  # the topology, faint (or in its own colour), behind all
+            ax.plot(*zip(positions[a], positions[b], strict=True), color=(colour or ["#cccccc"])[0],
+                    lw=1.5 if colour else 1, alpha=0.6 if colour else 1, zorder=0)
         static = Writer(ax)
         cells, marks, self.centres = [], [], []
         for rank, (x, y) in enumerate(positions):

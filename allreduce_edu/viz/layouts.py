@@ -1,13 +1,16 @@
 """Where the ranks sit in a step animation, by the layout an algorithm's description names: ring,
-star, tree, hypercube. Lessons 02-04.
+star, tree, hypercube, double_tree, circle. Lessons 02-05.
 """
 
 from __future__ import annotations
 
 import math
 
+from ..collectives.double_binary_tree import trees
 from ..collectives.registry import describe
 from .animation import StepAnimation
+
+TREE_COLOURS = ("#0072B2", "#E69F00")  # tree 1, tree 2 (Okabe-Ito blue and orange)
 
 
 class RingAnimation(StepAnimation):
@@ -24,6 +27,37 @@ class RingAnimation(StepAnimation):
     def edges(self):
         n = self.world_size
         return [(r, (r + 1) % n) for r in range(n)] if n > 1 else []
+
+
+class CircleAnimation(RingAnimation):
+    """Ranks on a circle with no ring drawn: Bruck's steps jump 1, 2, 4, ... ranks along it."""
+
+    directed = False
+
+    def edges(self):
+        return []
+
+
+class DoubleTreeAnimation(StepAnimation):
+    """NCCL's double binary tree: ranks left to right in rank order (both trees are in-order), the
+    ranks interior in tree 1 above, by depth from its root at the top, the others below, by depth
+    from tree 2's root at the bottom; each tree's links in its own colour (TREE_COLOURS)."""
+
+    def unit_layout(self, world_size):
+        first, second = trees(world_size)
+        upper = [r for r in range(world_size) if first.children[r] or r == first.root]
+        rows = 1 + max(first.depth[r] for r in upper)
+        levels = rows + 1 + max((second.depth[r] for r in range(world_size) if r not in upper),
+                                default=-1)
+        level = {r: (first.depth[r] if r in upper else levels - 1 - second.depth[r])
+                 for r in range(world_size)}
+        x = _spread(list(range(world_size)), world_size)
+        return [(x[r], _level(level[r], levels)) for r in range(world_size)]
+
+    def edges(self):
+        return [(r, parent, colour)
+                for tree, colour in zip(trees(self.world_size), TREE_COLOURS, strict=True)
+                for r, parent in enumerate(tree.parent) if parent >= 0]
 
 
 class NaiveAnimation(StepAnimation):
@@ -112,4 +146,5 @@ def animate(source, values=None, **kwargs) -> StepAnimation:
 
 
 LAYOUTS = {"ring": RingAnimation, "star": NaiveAnimation, "tree": TreeAnimation,
-           "hypercube": TreeAnimation}
+           "hypercube": TreeAnimation, "double_tree": DoubleTreeAnimation,
+           "circle": CircleAnimation}

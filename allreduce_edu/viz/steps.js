@@ -99,10 +99,11 @@ class Picture {
 
   drawEdges() { // the topology, faint, behind the boxes; on a ring an arrowhead halfway shows the way
     const g = svg("g", { class: "are-edges" }, this.svg);
-    for (const [a, b] of this.data.edges) {
+    for (const [a, b, colour] of this.data.edges) { // a colour: a link of one of several trees
       const [p, q] = [this.data.ranks[a], this.data.ranks[b]];
       const mid = { x: (p.x + q.x) / 2, y: (p.y + q.y) / 2 };
       svg("path", { d: `M${p.x},${p.y} L${mid.x},${mid.y} L${q.x},${q.y}`, class: "are-edge",
+                    ...(colour ? { style: `stroke: ${colour}; stroke-opacity: 0.6` } : {}),
                     ...(this.data.directed ? { "marker-mid": `url(#${this.markerId("edge")})` } : {}) }, g);
     }
   }

@@ -3,6 +3,7 @@ model says, every time. These tests assert an order, never a time."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import allreduce_edu as ae
@@ -27,13 +28,14 @@ def test_ring_beats_naive_large_and_tree_beats_ring_small_five_times_out_of_five
             rows = bench.compare(cluster, ["naive", "ring", "tree"], [8, 4 * MiB], iters=1, warmup=0)
             runs.append({(r["algorithm"], r["bytes"]): r["time_us"] for r in rows})
     model = {k: predict_on_links(k[0], 4, k[1], fitted) for k in runs[0]}
-    for t in runs:
+    for t in runs:  # the order, every time
         assert t["ring", 4 * MiB] < t["naive", 4 * MiB] < t["ring", 4 * MiB] * 4, t
         assert t["tree", 8] < t["ring", 8], t
         assert t["ring", 4 * MiB] < t["tree", 4 * MiB], t
-        # the ring's advantage over naive at 4 MiB within 20 % of the (fitted) model's
-        measured, predicted = (x["ring", 4 * MiB] / x["naive", 4 * MiB] for x in (t, model))
-        assert abs(measured / predicted - 1) < 0.2, (measured, predicted)
+    # the ring's advantage over naive at 4 MiB, the median of the 5 runs, within 20 % of the model's
+    measured = np.median([t["ring", 4 * MiB] / t["naive", 4 * MiB] for t in runs])
+    predicted = model["ring", 4 * MiB] / model["naive", 4 * MiB]
+    assert abs(measured / predicted - 1) < 0.2, (measured, predicted)
 
 
 @pytest.mark.slow

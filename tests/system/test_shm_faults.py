@@ -70,6 +70,10 @@ def test_a_rank_killed_mid_ring_and_mid_tree_fails_the_others_at_once_and_leaks_
     _check_kills([("ring", 2), ("tree", 0)])
 
 
+def test_a_rank_killed_mid_double_binary_tree_and_mid_bruck_fails_the_others_at_once():
+    _check_kills([(a, _sends_of(a, 1) // 2) for a in ("double_binary_tree", "bruck")])
+
+
 @pytest.mark.slow
 def test_a_rank_killed_at_the_first_middle_and_last_send_of_every_algorithm():
     _check_kills(list(_kill_cases()))

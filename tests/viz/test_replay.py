@@ -10,7 +10,8 @@ import allreduce_edu as ae
 from allreduce_edu.replay import chunk_bounds, replay
 from allreduce_edu.trace import Event, Trace
 
-ALGORITHMS = ["ring", "tree", "naive", "all_to_all", "recursive_doubling", "rabenseifner"]
+ALGORITHMS = ["ring", "tree", "naive", "all_to_all", "recursive_doubling", "rabenseifner", "double_binary_tree",
+              "bruck"]
 WORLD_SIZES = range(1, 9)
 
 

@@ -13,6 +13,8 @@ from PIL import Image
 import allreduce_edu as ae
 from allreduce_edu.bench import allreduce as bench
 from allreduce_edu.viz import (
+    CircleAnimation,
+    DoubleTreeAnimation,
     NaiveAnimation,
     RingAnimation,
     StepAnimation,
@@ -175,7 +177,8 @@ def test_timeline_exports_a_static_image(tmp_path):
 
 @pytest.mark.parametrize("algorithm, expected", [
     ("ring", RingAnimation), ("tree", TreeAnimation), ("recursive_doubling", TreeAnimation),
-    ("rabenseifner", TreeAnimation), ("naive", NaiveAnimation), ("all_to_all", NaiveAnimation)])
+    ("rabenseifner", TreeAnimation), ("naive", NaiveAnimation), ("all_to_all", NaiveAnimation),
+    ("double_binary_tree", DoubleTreeAnimation), ("bruck", CircleAnimation)])
 def test_animate_picks_the_view_by_collective(algorithm, expected):
     cluster, x = ring_run(5, algorithm)
     for source in (cluster, cluster.trace):
@@ -184,7 +187,8 @@ def test_animate_picks_the_view_by_collective(algorithm, expected):
         assert isinstance(view, expected) and type(view).__name__ == expected.__name__ and view.world_size == 5
 
 
-@pytest.mark.parametrize("algorithm", ["ring", "tree", "naive", "all_to_all", "recursive_doubling", "rabenseifner"])
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "naive", "all_to_all", "recursive_doubling", "rabenseifner",
+                                       "double_binary_tree", "bruck"])
 @pytest.mark.parametrize("world_size", [1, 2, 3, 6, 8])
 def test_every_view_renders_every_step(algorithm, world_size):
     cluster, x = ring_run(world_size, algorithm)

@@ -1,0 +1,213 @@
+"""NCCL's double binary tree all-reduce: two binary trees, each reducing and broadcasting half of
+the buffer, pipelined in chunks. Introduced in lessons/04_tree_allreduce.
+
+Sanders, Speck & Träff, "Two-tree algorithms for full bandwidth broadcast, reduction and scan"
+(2009); Jeaugey, "Massively scale your deep learning training with NCCL 2.4" (2019).
+Tree 1 is NCCL's in-order binary tree (`ncclGetBtree` in src/graph/trees.cc): odd ranks are leaves,
+even ranks interior. Tree 2 is its mirror r -> N-1-r (even N), or tree 1 shifted by one rank
+(odd N, `ncclGetDtree`), so a leaf of one tree is interior in the other (for odd N, rank 0 has one
+child in each). Every rank then sends about 2·S, against the ring's 2(N-1)/N·S, in 2·depth + K - 1
+steps for K chunks per tree instead of the ring's 2(N-1).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import costmodel
+from ..comm.base import check_array
+from .registry import allreduce_algorithm, check_op, reduce_into
+
+# K chunks per tree cost about 4K·α per port but shorten the pipeline's fill and drain, so the
+# model's time is least for K of order sqrt(S·β / α): K = sqrt(S / PIPELINE_BYTES), with
+# PIPELINE_BYTES = α / β, the bytes a link moves in one α (the course's testbed: 10 ms · 100 MB/s)
+PIPELINE_BYTES = 1_000_000
+MAX_CHUNKS = 64  # per tree
+
+
+def btree(world_size: int, rank: int) -> tuple[int, list[int]]:
+    """Tree 1 (ncclGetBtree): (parent or -1 for the root, children) of `rank`.
+
+    Rank 0 is the root, with one child: the largest power of two below N. Otherwise, with b the
+    lowest set bit of rank, the parent is rank ^ b | 2b (or rank ^ b past the end), and the
+    children are rank - b/2 and rank + b/2 (or the largest rank + b/2^k that exists).
+    """
+    n = world_size
+    bit = 1
+    while bit < n and not bit & rank:  # the lowest set bit (rank 0: the power of two >= N)
+        bit <<= 1
+    if rank == 0:
+        return -1, ([bit >> 1] if n > 1 else [])
+    parent = (rank ^ bit) | (bit << 1)
+    parent = parent if parent < n else rank ^ bit
+    low = bit >> 1
+    if not low:  # odd ranks are leaves
+        return parent, []
+    children = [rank - low]
+    while low and rank + low >= n:  # the second child: the nearest of rank + b/2, b/4, ... in range
+        low >>= 1
+    return parent, children + ([rank + low] if low else [])
+
+
+def mirror_tree(world_size: int, rank: int) -> tuple[int, list[int]]:
+    """Tree 2 (ncclGetDtree): tree 1 mirrored, r -> N-1-r, for even N; shifted by one for odd N."""
+    n = world_size
+    if n % 2:  # odd: rank r plays tree 1's rank r-1
+        parent, children = btree(n, (rank - 1) % n)
+        return (-1 if parent < 0 else (parent + 1) % n), [(c + 1) % n for c in children]
+    parent, children = btree(n, n - 1 - rank)
+    return (-1 if parent < 0 else n - 1 - parent), [n - 1 - c for c in children]
+
+
+@dataclass(frozen=True)
+class Tree:
+    """One tree of the world: every rank's parent and children, its height and depth."""
+
+    parent: tuple[int, ...]
+    children: tuple[tuple[int, ...], ...]
+    height: tuple[int, ...]  # steps from the deepest leaf below (leaves: 0)
+    depth: tuple[int, ...]  # steps from the root (root: 0)
+
+    @classmethod
+    def of(cls, world_size: int, shape) -> Tree:
+        """The tree `shape(world_size, rank) -> (parent or -1, children)` describes, checked."""
+        links = [shape(world_size, r) for r in range(world_size)]
+        parent, children = [p for p, _ in links], [tuple(c) for _, c in links]
+        _check(world_size, parent, children)
+        depth, height = [0] * world_size, [0] * world_size
+        order = [parent.index(-1)]  # top-down: every parent before its children
+        for r in order:
+            for c in children[r]:
+                depth[c] = depth[r] + 1
+                order.append(c)
+        if len(order) != world_size:
+            lost = sorted(set(range(world_size)) - set(order))
+            raise ValueError(f"a tree of {world_size} ranks: ranks {lost} cannot be reached from "
+                             f"the root {order[0]} (their parents form a cycle)")
+        for r in reversed(order):
+            height[r] = max((height[c] + 1 for c in children[r]), default=0)
+        return cls(tuple(parent), tuple(children), tuple(height), tuple(depth))
+
+    @property
+    def root(self) -> int:
+        return self.parent.index(-1)
+
+
+def _check(n: int, parent: list[int], children: list[tuple[int, ...]]) -> None:
+    """One root, and every child names its parent back (a tree's two descriptions agree)."""
+    roots = [r for r in range(n) if parent[r] == -1]
+    if len(roots) != 1:
+        raise ValueError(f"a tree of {n} ranks has one root (parent -1); this one has {roots}")
+    for r in range(n):
+        for c in children[r]:
+            if not 0 <= c < n or parent[c] != r:
+                raise ValueError(f"a tree of {n} ranks: rank {r} names {c} as a child, but "
+                                 f"rank {c} names {parent[c] if 0 <= c < n else None} as its "
+                                 f"parent")
+    for r in range(n):
+        if parent[r] != -1 and r not in children[parent[r]]:
+            raise ValueError(f"a tree of {n} ranks: rank {r} names {parent[r]} as its parent, "
+                             f"but rank {parent[r]} does not name {r} as a child")
+
+
+@functools.lru_cache(maxsize=64)
+def trees(world_size: int) -> tuple[Tree, Tree]:
+    """Tree 1 and tree 2 of a world."""
+    return Tree.of(world_size, btree), Tree.of(world_size, mirror_tree)
+
+
+def pipeline_chunks(nbytes: int) -> int:
+    """K, the chunks each tree cuts its half into: sqrt(nbytes / PIPELINE_BYTES), 1 to MAX_CHUNKS
+    (pass chunks= to double_binary_tree for other links)."""
+    return max(1, min(MAX_CHUNKS, round(math.sqrt(nbytes / PIPELINE_BYTES))))
+
+
+def schedule(world_size: int, chunks: int) -> list[tuple[int, str, int, int, int]]:
+    """Every message, as (step, tag, piece, src, dst); piece t·K + c is chunk c of tree t's half.
+
+    Reduce: a rank sends chunk c to its parent at step c + its height (its children's chunk c has
+    arrived by then). Broadcast: the root sends chunk c down at step c; a rank at depth d passes it
+    on at step c + d. Each phase takes K + height - 1 steps; both trees run at once.
+    """
+    messages = []
+    for t, tree in enumerate(trees(world_size)):
+        for c in range(chunks):
+            piece = t * chunks + c
+            for r in range(world_size):
+                if tree.parent[r] >= 0:
+                    messages.append((c + tree.height[r], "reduce", piece, r, tree.parent[r]))
+                messages += [(c + tree.depth[r], "broadcast", piece, r, child)
+                             for child in tree.children[r]]
+    return messages
+
+
+def double_binary_tree(comm, x, op: str = "sum", chunks: int | None = None) -> np.ndarray:
+    """The algorithm with `chunks` per tree (default: pipeline_chunks(x.nbytes)); one collective."""
+    check_op(comm, op)
+    x = check_array(x, f"allreduce input on rank {comm.rank}")
+    with comm.collective("allreduce", algorithm="double_binary_tree", op=op, dtype=x.dtype,
+                         shape=x.shape):
+        return _pipelined(comm, x, op, chunks or pipeline_chunks(x.nbytes))
+
+
+def _pipelined(comm, x: np.ndarray, op: str, chunks: int) -> np.ndarray:
+    n, r = comm.world_size, comm.rank
+    out = x.reshape(-1).copy()  # reduced in place, chunk by chunk, then overwritten by broadcasts
+    pieces = np.array_split(out, 2 * chunks)  # views: tree 1 owns the first K, tree 2 the rest
+    steps: dict[int, list] = {}
+    for step, tag, piece, src, dst in schedule(n, chunks):
+        if r in (src, dst):  # one clock for both phases: reduce and broadcast overlap
+            steps.setdefault(_clock(n, tag, step), []).append((step, tag, piece, src, dst))
+    for clock in sorted(steps):
+        # clock t: send the chunks that arrived before t, then take in the chunks sent at t (sends
+        # are eager and every rank posts its own first, so no rank waits on a rank that waits)
+        sends = [comm.isend(dst, pieces[piece], tag, step=step, chunk=piece)
+                 for step, tag, piece, src, dst in steps[clock] if src == r]
+        for _, tag, piece, src, dst in steps[clock]:
+            if dst != r:
+                continue
+            incoming = comm.recv(src, tag)
+            if tag == "reduce":  # a child's partial sum of this chunk
+                reduce_into(pieces[piece], incoming, op)
+            else:  # the finished chunk, from the parent
+                pieces[piece][...] = incoming
+        for request in sends:
+            request.wait()
+    return out.reshape(x.shape)
+
+
+def _clock(world_size: int, tag: str, step: int) -> int:
+    """When a step runs: the broadcast starts once the root's reduce of chunk 0 is done (both trees
+    have tree 1's height)."""
+    tree = trees(world_size)[0]
+    return step + (tree.height[tree.root] if tag == "broadcast" else 0)
+
+
+def _timed(world_size: int, nbytes: float) -> list[tuple[int, int, int, float, bool]]:
+    """The schedule as costmodel.scheduled reads it, on the clock both phases share."""
+    k = pipeline_chunks(int(nbytes))
+    return [(_clock(world_size, tag, step), src, dst, nbytes / (2 * k), tag == "reduce")
+            for step, tag, _, src, dst in schedule(world_size, k)]
+
+
+def cost(n, s, alpha, beta, gamma=0.0):
+    """Both trees at once, K chunks each: every step waits for its busiest port (about 4 chunks of
+    S/2K in and out once the pipeline is full)."""
+    return costmodel.scheduled(_timed(n, s), alpha, beta, gamma)
+
+
+def link_cost(n, s, links):
+    """The same schedule on emulated links: each message holds its ports for its link's time."""
+    return costmodel.scheduled_on_links(_timed(n, s), links)
+
+
+@allreduce_algorithm("double_binary_tree", layout="double_tree",
+                     phases=("reduce", "broadcast"), cost=cost, link_cost=link_cost,
+                     colour="#7B3294")
+def allreduce_double_binary_tree(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
+    """Two mirrored binary trees each reduce and broadcast half the buffer, pipelined in chunks."""
+    return _pipelined(comm, x, op, pipeline_chunks(x.nbytes))
