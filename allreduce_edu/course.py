@@ -255,10 +255,15 @@ def write_solved(folder, lessons: list[str] | None = None,
         problems = errors(nb) + [f"exercise {ex}: "
                                  f"{feedback(cell).strip()[:200] or 'no verdict shown'}"
                                  for ex, cell in exercise_cells(nb).items()
-                                 if not feedback(cell).lstrip().startswith("✓")
+                                 if not passed_or_needs_extra(feedback(cell))
                                  and not skip_reason(nb["metadata"], cell.get("metadata", {}))]
         results.append((path.name, problems, ""))
     return results
+
+
+def passed_or_needs_extra(shown: str) -> bool:
+    """A key's checker passed (✓), or says it needs an extra this machine lacks (⚠ needs ...)."""
+    return shown.lstrip().startswith(("✓", "⚠ needs "))
 
 
 def _executed_elsewhere(nb: dict, folder: Path, timeout: float, data_dir: str) -> dict:

@@ -9,6 +9,7 @@ from .allreduce import (
     expected,
     format_p2p,
     format_table,
+    latency,
     measure,
     parse_size,
     pattern,
@@ -22,5 +23,5 @@ from .command import command
 from .links import compare, fit, format_comparison
 
 __all__ = ["command", "compare", "fit", "format_comparison",
-           "run", "measure", "pingpong", "combine", "peer_rows", "add_predictions",
+           "run", "measure", "pingpong", "latency", "combine", "peer_rows", "add_predictions",
            "parse_size", "sweep", "pattern", "expected", "format_p2p", "format_table", "write_json"]

@@ -118,6 +118,22 @@ def pingpong(comm, sizes=(8, 1 << 10, 1 << 16, 1 << 20, 1 << 22),
     return out
 
 
+def latency(comm, nbytes: int = 8, iters: int = 100) -> list[float]:
+    """Rank 0 and 1 bounce `nbytes` `iters` times (after a few untimed); returns rank 0's one-way
+    seconds of each round trip (half of it), for percentiles: a message's cost is a distribution."""
+    x, out = np.zeros(nbytes, np.uint8), []
+    for i in range(iters + 5):
+        t0 = time.perf_counter()
+        if comm.rank == 0:
+            comm.send(1, x, "latency")
+            comm.recv(1, "latency")
+        elif comm.rank == 1:
+            comm.send(0, comm.recv(0, "latency"), "latency")
+        if i >= 5:
+            out.append((time.perf_counter() - t0) / 2)
+    return out
+
+
 def run(cluster, algorithms, sizes, dtype="float32", iters=20, warmup=5) -> tuple[dict, list[dict]]:
     """Measure α, β between ranks 0 and 1, then every (algorithm, size); rows combined over
     ranks."""
@@ -125,9 +141,12 @@ def run(cluster, algorithms, sizes, dtype="float32", iters=20, warmup=5) -> tupl
     if cluster.world_size >= 2:
         points = cluster.run(pingpong)[0]
         alpha, beta = fit_alpha_beta(*zip(*points, strict=True))
+        one_way = cluster.run(latency, 8, 100 if cluster.links is None else 10)[0]
         p2p = {"alpha_us": points[0][1] * 1e6, "fit_alpha_us": alpha * 1e6,
                "bandwidth_gbps": points[-1][0] / points[-1][1] / 1e9,
-               "fit_bandwidth_gbps": (1 / beta / 1e9) if beta else float("inf"), "points": points}
+               "fit_bandwidth_gbps": (1 / beta / 1e9) if beta else float("inf"), "points": points,
+               "p50_us": float(np.percentile(one_way, 50)) * 1e6,
+               "p99_us": float(np.percentile(one_way, 99)) * 1e6}
     return p2p, combine(cluster.run(measure, algorithms, sizes, dtype, iters, warmup))
 
 
@@ -172,8 +191,10 @@ def add_predictions(rows: list[dict], links, fitted=None) -> None:
 def format_p2p(p2p: dict) -> str:
     if not p2p:
         return "# point-to-point: needs 2 ranks"
+    spread = (f" (p50 {p2p['p50_us']:.0f} us, p99 {p2p['p99_us']:.0f} us)"
+              if "p99_us" in p2p else "")
     return (f"# point-to-point, rank 0 <-> 1 (ping-pong): "
-            f"latency alpha = {p2p['alpha_us']:.0f} us (8 B one way), "
+            f"latency alpha = {p2p['alpha_us']:.0f} us (8 B one way){spread}, "
             f"bandwidth 1/beta = {p2p['bandwidth_gbps']:.2f} GB/s "
             f"({p2p['points'][-1][0] >> 20} MiB one way)")
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import re
-
 import cloudpickle
 import numpy as np
 
-from .harness import Spy, describe_result, encoded_input, result_problem
+from .harness import Spy, describe_result, encoded_input, failed_rank, result_problem
 
 
 class RingFailed(Exception):
@@ -61,8 +59,8 @@ def explain_failure(e: RingFailed, engine: str, ranks: str) -> str:
     """One sentence on how your ring failed, with a hint."""
     size, kind, text, used = e.args
     n = int(ranks.split()[0])
-    found = re.search(r"raised on rank (\d+)", " ".join(getattr(e, "__notes__", [])))
-    where = f"with {ranks} and x of {size:,} elements, rank {found[1] if found else '?'}"
+    rank = failed_rank(e)
+    where = f"with {ranks} and x of {size:,} elements, rank {'?' if rank is None else rank}"
     if kind == "CollectiveTimeout":
         if "send" in used and "sendrecv" not in used and "gRPC" not in ranks:  # gRPC sends: eager
             return (f"{where} waited forever: {text}. On {engine}, comm.send returns only once the "

@@ -167,11 +167,15 @@ def run_learner(cluster, fn, shape, allowed=("send", "recv", "sendrecv"), explai
         return None, failed(explain_error(e, shape, explain(cluster.trace, e) if explain else None))
 
 
+def failed_rank(e: BaseException) -> int | None:
+    """The rank an exception from cluster.run or run_on_engine was raised on (None: unknown)."""
+    rank = getattr(e, "failed_rank", None)
+    return rank if isinstance(rank, int) else None
+
+
 def explain_error(e: BaseException, shape, hint: str | None = None) -> str:
     """One sentence on an exception from the learner's ranks, plus `hint` (or a generic one)."""
-    notes = " ".join(getattr(e, "__notes__", []))
-    where = re.search(r"raised on rank (\d+)", notes)
-    rank = f"rank {where[1]}" if where else "a rank"
+    rank = f"rank {failed_rank(e)}" if failed_rank(e) is not None else "a rank"
     text = str(e).split("\n")[0].strip()
     if isinstance(e, CollectiveTimeout):
         m = re.search(r"(rank \d+) waited past its deadline for (.+?) from (rank \d+)", text)

@@ -7,73 +7,69 @@ import numpy as np
 from ..runtime import Cluster
 from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - the notebook's
+from .spec import Blank, Slip, number
 
 MAX_SOLUTION = """def my_max(comm):
     return allreduce_edu.allreduce(comm, np.array([comm.rank, -comm.rank]), op="max")"""
 
 
-@exercise(
-    "00.1", "predict a sum all-reduce", kind="number",
-    todo="replace None with what every rank holds afterwards (a list of 4 numbers), then run this "
-         "cell again.",
+check_welcome_prediction = number(
+    "00.1", "predict a sum all-reduce", module=__name__, checker="check_welcome_prediction",
+    question="Every rank contributes `np.arange(4.0) + 10 * rank` (rank 1: `[10, 11, 12, 13]`) to "
+             "a sum all-reduce on 4 ranks. What does every rank hold afterwards? Write your "
+             "answer as a list, then check it.",
+    blanks=(Blank("my_prediction", "what every rank holds afterwards: a list of 4 numbers",
+                  "[60.0, 64.0, 68.0, 72.0]"),),
+    inputs={"world_size": 4}, answer=lambda d: _welcome_inputs(d).sum(axis=0).tolist(),
+    slips=lambda d: [
+        Slip([float(d.world_size)] * 4, "that is the number of ranks. Each rank contributes its "
+             "own array, np.arange(4.0) + 10 * rank, not ones: add those up."),
+        Slip((_welcome_inputs(d).sum(axis=0) / d.world_size).tolist(), "that is the average. "
+             "allreduce(op='sum') adds; averaging is a division you do afterwards."),
+        Slip([d.world_size * (d.world_size + 1) / 2] * 4, "that is what first_allreduce above "
+             "gave for np.full(4, rank + 1.0); this exercise's input is different: "
+             "np.arange(4.0) + 10 * rank."),
+        Slip(_welcome_inputs(d).sum(axis=1).tolist(), "that is each rank's own 4 elements added "
+             "up, one number per rank. An all-reduce adds across the ranks, element by element, "
+             "and every rank gets the same array."),
+        Slip([_welcome_inputs(d).sum()] * 4, "that adds every element of every rank into one "
+             "number; an all-reduce keeps the 4 elements apart: element i is the sum of element "
+             "i over the ranks."),
+        *[Slip(x.tolist(), "that is one rank's own input. After the all-reduce every rank holds "
+               "the sum over all the ranks.") for x in _welcome_inputs(d)],
+    ],
+    otherwise=lambda d, name, got: f"add up np.arange(4.0) + 10 * rank over ranks "
+                                   f"0..{d.world_size - 1}, element by element.",
+    success=lambda d: f"every rank holds {_welcome_inputs(d).sum(axis=0).tolist()}: element i is "
+                      f"i + 10·rank added over ranks 0..{d.world_size - 1}, the same array on "
+                      f"every rank.",
+    exact=True, todo="replace None with what every rank holds afterwards (a list of 4 numbers), "
+                     "then run this cell again.",
     hints=("Rank r contributes np.arange(4.0) + 10 * r: rank 0 gives [0, 1, 2, 3], rank 1 "
            "[10, 11, 12, 13], and so on up to rank 3.",
            "A sum all-reduce adds the ranks' arrays element by element, and every rank gets the "
-           "whole result: an array of 4 numbers, element i the sum of element i over the 4 ranks."),
+           "whole result: an array of 4 numbers, element i the sum of element i over the 4 "
+           "ranks."),
     solution="""Rank r contributes np.arange(4.0) + 10 * r, so element i of the sum over ranks
 0..N-1 is N·i + 10·(0 + 1 + ... + N-1). For N = 4 that is 4i + 60, and every rank gets the
-same [60., 64., 68., 72.].""",
-    key="""from allreduce_edu.exercises.lesson00 import check_welcome_prediction, hint, solution
+same [60., 64., 68., 72.].""")
 
-my_prediction = [60.0, 64.0, 68.0, 72.0]   # element i: i + 10·r summed over ranks 0..3, every rank
-check_welcome_prediction(my_prediction)""")
-def check_welcome_prediction(answer, world_size: int = 4) -> Feedback:
-    """Exercise 00.1: what does every rank hold after all-reducing np.arange(4.0) + 10 * rank?"""
-    inputs = [np.arange(4.0) + 10 * r for r in range(world_size)]
-    expected = np.sum(inputs, axis=0)
-    try:
-        answer = np.asarray(answer, dtype=float)
-    except (TypeError, ValueError):
-        return failed("answer with a list of 4 numbers: what every rank holds afterwards.")
-    if answer.shape != expected.shape:
-        return failed(f"your answer has shape {answer.shape}, but an all-reduce keeps the input's "
-                      f"shape {expected.shape}: write a list of 4 numbers.")
-    if np.allclose(answer, world_size):
-        return failed("that is the number of ranks. Each rank contributes its own array, "
-                      "np.arange(4.0) + 10 * rank, not ones: add those up.")
-    if np.allclose(answer, expected / world_size):
-        return failed("that is the average. allreduce(op='sum') adds; averaging is a division you "
-                      "do afterwards.")
-    if np.allclose(answer, world_size * (world_size + 1) / 2):
-        return failed("that is what first_allreduce above gave for np.full(4, rank + 1.0); this "
-                      "exercise's input is different: np.arange(4.0) + 10 * rank.")
-    if np.allclose(answer, [x.sum() for x in inputs]):
-        return failed("that is each rank's own 4 elements added up, one number per rank. An "
-                      "all-reduce adds across the ranks, element by element, and every rank gets "
-                      "the same array.")
-    if np.allclose(answer, expected.sum()):
-        return failed("that adds every element of every rank into one number; an all-reduce "
-                      "keeps the 4 elements apart: element i is the sum of element i over the "
-                      "ranks.")
-    if any(np.allclose(answer, x) for x in inputs):
-        return failed("that is one rank's own input. After the all-reduce every rank holds the "
-                      "sum over all the ranks.")
-    if not np.allclose(answer, expected):
-        return failed(f"not quite: add up np.arange(4.0) + 10 * rank over ranks "
-                      f"0..{world_size - 1}, element by element.")
-    return passed(f"every rank holds {expected.tolist()}: element i is i + 10·rank added over "
-                  f"ranks 0..{world_size - 1}, the same array on every rank.")
+
+def _welcome_inputs(d) -> np.ndarray:
+    return np.array([np.arange(4.0) + 10 * r for r in range(d.world_size)])
 
 
 @exercise(
     "00.2", 'all-reduce with op="max"', kind="code", function="my_max", solution=MAX_SOLUTION,
     explanation="Every rank gets [N − 1, 0]: the largest rank, and the largest of −rank "
                 "(rank 0's 0).",
-    hints=("Build this rank's array first: x = np.array([comm.rank, -comm.rank]).",
-           "Call allreduce_edu.allreduce(comm, x, op=...) as first_allreduce above does; "
-           'op="max" keeps the largest value of each element instead of adding them up.',
-           "Return what the all-reduce gives you: "
-           'return allreduce_edu.allreduce(comm, x, op="max").'),
+    hints=("Every rank calls the same collective, and the op decides how the ranks' values "
+           "combine. Build this rank's array first, from comm.rank as the exercise describes.",
+           'allreduce_edu.allreduce(comm, x, op=...) as first_allreduce above calls it; op="max" '
+           'keeps the largest value of each element instead of adding them up.',
+           'The key idea: you do not write the reduction, you choose it. Every rank passes its own'
+           ' array and the same op, and every rank gets back the element-wise maximum over all '
+           'ranks.'),
     key="""from allreduce_edu.exercises.lesson00 import check_max_allreduce
 
 """ + MAX_SOLUTION + """

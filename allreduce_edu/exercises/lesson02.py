@@ -12,9 +12,10 @@ import numpy as np
 
 from ..comm.errors import CollectiveTimeout
 from ..runtime import Cluster
-from .feedback import Feedback, failed, multiple_choice, passed
+from .feedback import Feedback, failed, passed
 from .harness import ranks_text, result_problem, run_learner
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - the notebook's
+from .spec import MIB, Blank, Slip, choice, number
 
 NAIVE_SOLUTION = """def my_naive_allreduce(comm, x):
     if comm.rank != 0:
@@ -33,14 +34,14 @@ NAIVE_SOLUTION = """def my_naive_allreduce(comm, x):
     solution=NAIVE_SOLUTION,
     explanation="""x.copy() matters: `total = x` would make total another name for the root's x, and
 += would write the others' data into the caller's array.""",
-    hints=("Split on comm.rank. Every rank except 0 does two things: "
-           'comm.send(0, x, tag="reduce"), then return comm.recv(0, tag="broadcast") — the sum, '
-           "when the root sends it.",
-           "Rank 0 starts from a copy of its own x, total = x.copy() (so x stays as it was), and "
-           'adds what arrives from each other rank: total += comm.recv(src, tag="reduce") for '
-           "src in range(1, comm.world_size).",
-           "Then rank 0 sends total to every other rank with the tag they wait for, "
-           'comm.send(dst, total, tag="broadcast") for dst in 1 … N − 1, and returns total.'),
+    hints=('Two roles, split on comm.rank: the root (rank 0) collects and sends back; every other '
+           'rank sends its x to the root and then waits for the sum.',
+           "The root starts from a copy of its own x (so the caller's x stays as it was) and adds "
+           'the buffer each other rank sends, one recv per rank; tags tell the collecting messages'
+           ' from the sum that comes back.',
+           'The key idea: all the data meets in one place. The root adds the N − 1 other buffers '
+           'into its copy, then sends that one sum to each of the N − 1 others, who return what '
+           "they receive; every message is a whole buffer, through the root's one link."),
     key="""from allreduce_edu.exercises.lesson02 import check_naive_allreduce, hint, solution
 
 """ + NAIVE_SOLUTION + """
@@ -147,10 +148,36 @@ def _naive_problem(reports, trace, n: int, shape) -> str | None:
     return None
 
 
-@exercise(
-    "02.2", "count the root's bytes", kind="number", answers=("sent", "received"),
-    todo="replace both None with numbers of bytes (what the root sends, and what it receives), "
-         "then run this cell again.",
+check_root_bytes = number(
+    "02.2", "count the root's bytes", module=__name__, checker="check_root_bytes",
+    question="With N = 12 ranks and S = 2 MiB per rank, how many bytes does the root send, and "
+             "how many does it receive, in one naive all-reduce?",
+    blanks=(Blank("my_root_sent", "bytes the root sends: a number, or an expression",
+                  "(12 - 1) * (2 << 20)"),
+            Blank("my_root_received", "bytes the root receives", "(12 - 1) * (2 << 20)")),
+    inputs={"world_size": 12, "nbytes": 2 << 20}, unit="bytes", exact=True,
+    answer=lambda d: {"root_sent": (d.world_size - 1) * d.nbytes,
+                      "root_received": (d.world_size - 1) * d.nbytes},
+    slips=lambda d: [
+        Slip((d.world_size - 1) * d.nbytes / MIB, "that looks like MiB: answer in bytes, e.g. "
+             "3 * 1048576."),
+        Slip(d.world_size - 1, "that is the number of messages: each carries a whole buffer, "
+             f"S = {d.nbytes} bytes. Answer in bytes."),
+        Slip(d.world_size * d.nbytes, "that is N·S: the root does not send to or receive from "
+             "itself — count N − 1 peers."),
+        Slip(d.nbytes, "that is S, what each of the other ranks moves. The root talks to all "
+             "N − 1 of them."),
+        Slip(2 * (d.world_size - 1) * d.nbytes, "that is 2(N − 1)·S, the root's traffic in both "
+             "directions together; give each direction on its own."),
+        Slip((d.world_size - 1) * MIB, "that is (N − 1) × 1 MiB, the S of the table above; here "
+             f"each buffer is S = {d.nbytes / MIB:g} MiB = {d.nbytes} bytes."),
+    ],
+    otherwise="how many other ranks does the root hear from (and answer), and how many bytes is "
+              "each message?",
+    success=lambda d: f"the root receives and sends (N−1)·S = {d.world_size - 1} × {d.nbytes} = "
+                      f"{(d.world_size - 1) * d.nbytes} bytes each way "
+                      f"({(d.world_size - 1) * d.nbytes / MIB:g} MiB); every other rank moves "
+                      f"S = {d.nbytes / MIB:g} MiB each way.",
     hints=("Count the root's messages first: in the reduce half it hears from every other rank, in "
            "the broadcast half it answers each of them. How many other ranks are there with "
            "N = 12?",
@@ -159,71 +186,34 @@ def _naive_problem(reports, trace, n: int, shape) -> str | None:
     solution="""The root receives one buffer of S bytes from each of the N - 1 other ranks,
 and sends the sum back to each of them:
     sent = received = (N - 1) * S = 11 * 2097152 = 23068672 bytes   (22 MiB each way)
-Every other rank sends S = 2 MiB and receives S.""",
-    key="""from allreduce_edu.exercises.lesson02 import check_root_bytes
-
-my_root_sent = (12 - 1) * (2 << 20)       # the sum, once to each of the N − 1 other ranks
-my_root_received = (12 - 1) * (2 << 20)   # one x of S bytes from each of them
-check_root_bytes(my_root_sent, my_root_received)""")
-def check_root_bytes(sent, received, world_size: int = 12, nbytes: int = 2 << 20) -> Feedback:
-    """Exercise 02.2: bytes the naive root sends and receives (S = 2 MiB, N = 12 ranks)."""
-    expected = (world_size - 1) * nbytes
-    mib = 1 << 20
-    for name, value in (("sent", sent), ("received", received)):
-        try:
-            value = float(value)
-        except (TypeError, ValueError):
-            return failed(f"{name} must be a number of bytes.")
-        if value == expected:
-            continue
-        if value == expected / mib:
-            return failed(f"{name} = {value:g} looks like MiB: answer in bytes, e.g. "
-                          f"3 * 1048576.")
-        if value == world_size - 1:
-            return failed(f"{name} = {value:g} is the number of messages: each carries a whole "
-                          f"buffer, S = {nbytes} bytes. Answer in bytes.")
-        if value == world_size * nbytes:
-            return failed(f"{name} = N·S: the root does not send to or receive from itself — count "
-                          f"N−1 peers.")
-        if value == nbytes:
-            return failed(f"{name} = S: that is what each of the other ranks moves. The root talks "
-                          f"to all N−1 of them.")
-        if value == 2 * (world_size - 1) * nbytes:
-            return failed(f"{name} = 2(N−1)·S: that is the root's traffic in both directions "
-                          f"together; give each direction on its own.")
-        if nbytes != mib and value == (world_size - 1) * mib:
-            return failed(f"{name} = (N−1) × 1 MiB: that is the S of the table above; here each "
-                          f"buffer is S = {nbytes / mib:g} MiB = {nbytes} bytes.")
-        return failed(f"{name} = {value:g} bytes is not it: how many other ranks does the root "
-                      f"hear from (and answer), and how many bytes is each message?")
-    return passed(f"the root receives and sends (N−1)·S = {world_size - 1} × {nbytes} = {expected} "
-                  f"bytes each way ({expected / mib:g} MiB); every other rank moves "
-                  f"S = {nbytes / mib:g} MiB each way.")
+Every other rank sends S = 2 MiB and receives S.""")
 
 
-@exercise(
-    "02.3", "why the root is the bottleneck", kind="choice",
-    hints=("Look back at the table you counted above: whose bytes grow with N, and whose stay "
-           "at S?",
-           "Would another rank as the root, or faster additions, change how many bytes must "
-           "cross the root's one link?"),
-    solution="""a: every byte passes through the root's link, (N - 1)·S in and (N - 1)·S out,
-while each other rank moves only S each way. The root's link is busy N - 1 times longer than
-anyone else's, and that grows with N.""",
-    key="""from allreduce_edu.exercises.lesson02 import check_bottleneck_answer
-
-my_choice = "a"   # every byte crosses the root's link: (N − 1)·S each way
-check_bottleneck_answer(my_choice)""")
-def check_bottleneck_answer(choice: str) -> Feedback:
-    """Exercise 02.3: why is the root the bottleneck of the naive all-reduce? (a, b or c)"""
-    answers = {
-        "a": "",
-        "b": ("no: adding (N−1)·S bytes runs at memory speed (several GB/s) and is a small part of "
-              "the time. Count what crosses the root's link instead."),
-        "c": ("no: make any rank the root and it becomes the slow one. The imbalance is in the "
-              "algorithm — the trace shows the root moving N−1 times the bytes of any other rank."),
-    }
-    success = ("every byte of every rank passes through the root's one link, (N−1)·S in and "
-               "(N−1)·S out, while the other links carry S each way and sit idle most of the time. "
-               "More ranks, longer queue at the root: the time grows with N.")
-    return multiple_choice(choice, answers, right="a", success=success)
+check_bottleneck_answer = choice(
+    "02.3", "two roots instead of one", module=__name__, checker="check_bottleneck_answer",
+    question="A variant of the naive all-reduce on 8 ranks uses two roots: every rank sends the "
+             "first half of its buffer to rank 0 and the second half to rank 1, and each root "
+             "reduces and broadcasts its half. For large S, compared with one root it takes",
+    options={
+        "a": "about the same time: every rank still sends all S of its bytes.",
+        "b": "about twice as long: the two roots must also swap their halves.",
+        "c": "about half the time: each root's link carries (N − 1)·S/2 each way.",
+        "d": "about as long as the ring: splitting the root removes the bottleneck.",
+    },
+    right="c",
+    slips={
+        "a": "the total bytes do not set the time; the busiest link does. How many bytes cross "
+             "rank 0's link now, compared with one root?",
+        "b": "a root sends its other half to the other root like any rank does, S/2 bytes; that "
+             "adds one message, not a second round. Count the bytes on rank 0's link.",
+        "d": "the ring's busiest link carries 2(N − 1)/N·S ≈ 1.75·S at N = 8; two roots still "
+             "carry (N − 1)·S/2 = 3.5·S each way. Better, not gone.",
+    },
+    why="the time is set by the busiest link, and each root now receives and sends (N − 1) "
+        "halves instead of (N − 1) whole buffers. Split the root k ways and it falls k-fold; with "
+        "k = N roots, each reducing 1/N of the buffer, you have reduce-scatter + all-gather — "
+        "the idea the ring builds on.",
+    hints=("What sets the naive all-reduce's time: the total bytes, or the bytes on the busiest "
+           "link?",
+           "Count what rank 0 receives and sends now: a half-buffer from each of the N − 1 "
+           "others, and a half-buffer back to each."))

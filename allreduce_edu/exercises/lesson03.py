@@ -12,10 +12,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import Cluster
-from .feedback import Feedback, failed, multiple_choice, passed
+from .feedback import Feedback, failed, passed
 from .harness import run_learner, time_allreduce  # noqa: F401 - time_allreduce: for the notebook
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 from .ring_traffic import pipelined_problem, ring_explain, ring_problem
+from .spec import MIB, Blank, Slip, choice, number
 
 RING_SOLUTION = """def my_ring_allreduce(comm, x):
     n, r = comm.world_size, comm.rank
@@ -56,8 +57,18 @@ still arriving
     return np.concatenate([np.concatenate(p) for p in pieces]).reshape(x.shape)"""
 
 
-@exercise(
-    "03.0", "where chunk 2 is after 2 steps", kind="number",
+check_owner_prediction = number(
+    "03.0", "where chunk 2 is after 2 steps", module=__name__, checker="check_owner_prediction",
+    question=None,  # asked in the lesson's words, above the animation that answers it
+    blanks=(Blank("my_holder", "which rank holds chunk 2 after 2 steps of reduce-scatter? (a "
+                  "rank)", "1"),),
+    inputs={"world_size": 4, "chunk": 2, "steps": 2}, exact=True,
+    answer=lambda d: _path(d)[d.steps],
+    slips=lambda d: [Slip(rank, _owner_slip(d, rank)) for rank in range(d.world_size)
+                     if rank != _path(d)[d.steps]],
+    otherwise=lambda d, name, got: f"there are {d.world_size} ranks, numbered 0 to "
+                                   f"{d.world_size - 1}.",
+    success=lambda d: _owner_success(d),
     todo="replace None with the rank (0 to 3) that holds chunk 2 after 2 steps of reduce-scatter, "
          "then run this cell again.",
     hints=("Chunk 2 starts its trip on the rank that sends it first: in the first step (step 0 in "
@@ -72,46 +83,40 @@ one rank's data per hop: after step 0 it is on rank 0 (the data of ranks 3 and 0
 step 1 on
 rank 1 (ranks 3, 0 and 1). The last step takes it to rank 2, which adds its own part: after \
 reduce-scatter
-rank r owns finished chunk r.""",
-    key="""from allreduce_edu.exercises.lesson03 import check_owner_prediction, hint, solution
-
-my_holder = 1   # which rank holds chunk 2 after 2 steps of reduce-scatter?
-check_owner_prediction(my_holder)""")
+rank r owns finished chunk r.""")
 
 
-def check_owner_prediction(rank, world_size: int = 4, chunk: int = 2, steps: int = 2) -> Feedback:
-    """Prediction 03.0: after `steps` reduce-scatter steps on 4 ranks, which rank holds chunk 2?"""
-    n = world_size
-    try:
-        rank = int(rank)
-    except (TypeError, ValueError):
-        return failed(f"answer with a rank number, 0 to {n - 1}.")
-    if not 0 <= rank < n:
-        return failed(f"there are {n} ranks, numbered 0 to {n - 1}.")
-    path = [(chunk + 1 + hop) % n for hop in range(n)]  # path[h]: where the chunk is after h steps
-    if rank == path[steps]:
-        rest = (f" It goes on to rank {chunk}, which adds the last part: after reduce-scatter "
-                f"rank r owns finished chunk r." if steps < n - 1 else
-                " After reduce-scatter rank r owns finished chunk r.")
-        return passed(f"rank {rank}: chunk {chunk} starts on rank {path[0]} and travels "
-                      f"{' → '.join(map(str, path[:steps + 1]))}, picking up one rank's data per "
-                      f"hop: after {_count(steps, 'step')} it holds the data of {steps + 1} "
-                      f"ranks.{rest}")
+def _path(d) -> list[int]:
+    """path[h]: the rank that holds chunk d.chunk after h steps of reduce-scatter."""
+    return [(d.chunk + 1 + hop) % d.world_size for hop in range(d.world_size)]
+
+
+def _owner_success(d) -> str:
+    path, n, steps, chunk = _path(d), d.world_size, d.steps, d.chunk
+    rest = (f" It goes on to rank {chunk}, which adds the last part: after reduce-scatter rank r "
+            f"owns finished chunk r." if steps < n - 1 else
+            " After reduce-scatter rank r owns finished chunk r.")
+    return (f"rank {path[steps]}: chunk {chunk} starts on rank {path[0]} and travels "
+            f"{' → '.join(map(str, path[:steps + 1]))}, picking up one rank's data per hop: after "
+            f"{_count(steps, 'step')} it holds the data of {steps + 1} ranks.{rest}")
+
+
+def _owner_slip(d, rank: int) -> str:
+    path, n, steps, chunk = _path(d), d.world_size, d.steps, d.chunk
     hop = path.index(rank)
     if hop == 0:
-        return failed(f"rank {rank} is where chunk {chunk} starts (in the first step rank r sends "
-                      f"chunk (r − 1) % N, and ({rank} − 1) % {n} = {chunk}). Follow it one hop "
-                      f"to the right per step, for {_count(steps, 'step')}.")
+        return (f"rank {rank} is where chunk {chunk} starts (in the first step rank r sends chunk "
+                f"(r − 1) % N, and ({rank} − 1) % {n} = {chunk}). Follow it one hop to the right "
+                f"per step, for {_count(steps, 'step')}.")
     if hop < steps:
-        return failed(f"rank {rank} holds chunk {chunk} after {_count(hop, 'step')}, with the data "
-                      f"of {hop + 1} ranks; follow it {_count(steps - hop, 'more hop')} to the "
-                      f"right.")
+        return (f"rank {rank} holds chunk {chunk} after {_count(hop, 'step')}, with the data of "
+                f"{hop + 1} ranks; follow it {_count(steps - hop, 'more hop')} to the right.")
     if hop == n - 1:
-        return failed(f"rank {rank} owns chunk {chunk} at the end of reduce-scatter, after all "
-                      f"N − 1 = {n - 1} steps; after {_count(steps, 'step')} the chunk is still "
-                      f"{_count(n - 1 - steps, 'hop')} short of it.")
-    return failed(f"chunk {chunk} reaches rank {rank} only after {_count(hop, 'step')}: count "
-                  f"the hops again, one per step from rank {path[0]}.")
+        return (f"rank {rank} owns chunk {chunk} at the end of reduce-scatter, after all N − 1 = "
+                f"{n - 1} steps; after {_count(steps, 'step')} the chunk is still "
+                f"{_count(n - 1 - steps, 'hop')} short of it.")
+    return (f"chunk {chunk} reaches rank {rank} only after {_count(hop, 'step')}: count the hops "
+            f"again, one per step from rank {path[0]}.")
 
 
 def _count(k: int, thing: str) -> str:
@@ -121,14 +126,15 @@ def _count(k: int, thing: str) -> str:
 @exercise(
     "03.1", "write the ring all-reduce", kind="code", function="my_ring_allreduce",
     solution=RING_SOLUTION,
-    hints=("Cut a copy of x into N chunks: pieces = np.array_split(x.reshape(-1).copy(), n). "
-           "Chunks may differ in length by one, and the copy keeps x unchanged.",
-           "Two loops of N − 1 steps. In reduce-scatter step s, rank r sends "
-           "pieces[(r − s − 1) % n] to the right and adds what arrives from the left into "
-           "pieces[(r − s − 2) % n]; afterwards rank r owns chunk r.",
-           "In all-gather step s, rank r forwards pieces[(r − s) % n] and stores what arrives in "
-           "pieces[(r − s − 1) % n]: pieces[into] = comm.sendrecv(right, pieces[out], left, "
-           "tag=\"all_gather\"). Finish with np.concatenate(pieces).reshape(x.shape)."),
+    hints=('Cut a copy of x into N chunks: pieces = np.array_split(x.reshape(-1).copy(), n). '
+           'Chunks may differ in length by one, and the copy keeps x unchanged.',
+           'Two loops of N − 1 steps. In reduce-scatter step s, rank r sends pieces[(r − s − 1) % '
+           'n] to the right and adds what arrives from the left into pieces[(r − s − 2) % n]; '
+           'afterwards rank r owns chunk r.',
+           'The key idea: each chunk travels once around the ring twice over. In reduce-scatter a '
+           "chunk picks up one rank's data per hop until its owner finishes it; in all-gather each"
+           ' finished chunk is forwarded, unchanged, until every rank has a copy — same index '
+           'rule, one step behind, storing instead of adding.'),
     key="""from allreduce_edu.exercises.lesson03 import check_ring_allreduce
 
 """ + RING_SOLUTION + """
@@ -165,49 +171,57 @@ def check_ring_allreduce(fn, world_sizes=(3, 4), shapes=((10,), (1_000_003,), (2
                   f"differ by at most one element).")
 
 
-@exercise(
-    "03.2", "predict the ring's bytes per rank", kind="number",
-    todo="replace None with the number of bytes rank 0 sends, then run this cell again.",
-    hints=("Count messages first: how many steps has each phase, and how many chunks does a rank "
-           "send per step?",
-           "Each message is one chunk of S/N bytes; a rank sends N − 1 of them in each of the two "
-           "phases. Here S = 4 MiB = 4 << 20 bytes and N = 16."),
-    solution="""Each rank sends 2(N - 1) chunks of S/N bytes: N - 1 in reduce-scatter, N - 1 in \
-all-gather.
-    2 * (N - 1) / N * S = 2 * 15 / 16 * 4194304 = 7864320 bytes   (7.5 MiB)
-(4 MiB divides into 16 equal chunks, so this is exact.)""",
-    key="""from allreduce_edu.exercises.lesson03 import check_ring_bytes
+check_ring_bytes = number(
+    "03.2", "predict the ring's bytes on uneven chunks", module=__name__,
+    checker="check_ring_bytes",
+    question="x holds 1,000,003 float64 elements (S = 8,000,024 bytes), and N = 16 ranks run "
+             "your ring, which cuts x with `np.array_split`. How many bytes does rank 0 send in "
+             "all? (1,000,003 does not divide by 16.)",
+    blanks=(Blank("my_bytes", "bytes rank 0 sends: your own reasoning, a number or an "
+                  "expression", "(30 * 62500 + 4) * 8"),),
+    inputs={"world_size": 16, "count": 1_000_003}, unit="bytes", exact=True,
+    answer=lambda d: ring_bytes_sent(d.count, d.world_size),
+    slips=lambda d: [
+        Slip(2 * (d.world_size - 1) / d.world_size * d.count * 8, "that is 2(N − 1)/N·S, the "
+             "formula for equal chunks. np.array_split makes the first count % N chunks one "
+             "element longer: which chunks does rank 0 send, and how long is each?"),
+        Slip(2 * (d.world_size - 1) * (d.count // d.world_size) * 8, "that counts every chunk "
+             "as a short one: the first count % N chunks hold one element more."),
+        Slip(2 * (d.world_size - 1) * (d.count // d.world_size + 1) * 8, "that counts every "
+             "chunk as a long one: only the first count % N chunks hold the extra element."),
+        Slip(ring_bytes_sent(d.count, d.world_size) / MIB, "that looks like MiB: answer in "
+             "bytes."),
+        Slip(2 * d.count * 8, "2·S is the limit as N grows; each rank sends 2(N − 1) chunks, a "
+             "little less."),
+        Slip((d.world_size - 1) * d.count * 8, "(N − 1)·S is what the naive root sends; a ring "
+             "rank sends chunks, not whole buffers."),
+        Slip(2 * (d.world_size - 1), "that is the number of messages; add up the bytes of each."),
+    ],
+    otherwise="list the 2(N − 1) chunks rank 0 sends (N − 1 in each phase), the length of each "
+              "from np.array_split, and add them up, 8 bytes an element.",
+    success=lambda d: f"{ring_bytes_sent(d.count, d.world_size)} bytes: rank 0 sends every chunk "
+                      f"but its own in reduce-scatter and every chunk but chunk 1 in all-gather; "
+                      f"4 of those 30 are the long ones. 2(N−1)/N·S = "
+                      f"{2 * (d.world_size - 1) / d.world_size * d.count * 8:.0f} is the same "
+                      f"to within one element per chunk — the bound holds for any size.",
+    hints=("Count messages first: a rank sends N − 1 chunks in reduce-scatter and N − 1 in "
+           "all-gather. Which chunk indices does rank 0 send in each phase?",
+           "np.array_split(x, 16) on 1,000,003 elements gives 3 chunks of 62,501 (chunks 0, 1, 2) "
+           "and 13 of 62,500. Rank 0 sends chunks (0 − s − 1) % N in reduce-scatter step s and "
+           "(0 − s) % N in all-gather step s."),
+    solution="""Rank 0 sends chunks 15, 14, …, 1 in reduce-scatter (all but chunk 0) and chunks
+0, 15, …, 2 in all-gather (all but chunk 1). np.array_split makes chunks 0, 1 and 2 one element
+longer (62,501; the other 13 hold 62,500), and rank 0 sends two of them in each phase:
+    (30 × 62,500 + 4) × 8 = 15,000,032 bytes
+2(N − 1)/N·S = 15,000,045 — within one element per chunk.""")
 
-my_bytes = 2 * (16 - 1) * (4 << 20) // 16   # 2(N − 1) chunks of S/N bytes
-check_ring_bytes(my_bytes)""")
-def check_ring_bytes(answer, world_size: int = 16, nbytes: int = 4 << 20) -> Feedback:
-    """Exercise 03.2: bytes rank 0 sends in one ring all-reduce of S = 4 MiB on N = 16 ranks."""
-    try:
-        answer = float(answer)
-    except (TypeError, ValueError):
-        return failed("answer with a number of bytes.")
-    n, s, mib = world_size, nbytes, 1 << 20
-    expected = 2 * (n - 1) * s // n
-    if answer == expected:
-        return passed(f"2(N−1)/N·S = 2·{n - 1}/{n} × {s} = {expected} bytes "
-                      f"({expected / mib:g} MiB): {2 * (n - 1)} chunks of S/N = {s // n} "
-                      f"bytes. The naive root would send {(n - 1) * s}.")
-    hints = {
-        expected / mib: "that looks like MiB: answer in bytes.",
-        2 * s: f"2·S is the limit as N grows; with N = {n} each rank sends 2(N−1) chunks of S/N, "
-               f"a little less.",
-        (n - 1) * s // n: "that is reduce-scatter alone: all-gather sends as many bytes again.",
-        (n - 1) * s: "(N−1)·S is what the naive root sends; a ring rank sends chunks of S/N, not "
-                     "whole buffers.",
-        s // n: "that is one chunk, S/N: how many chunks does a rank send over both phases?",
-        2 * (n - 1): "that is the number of messages; multiply by the bytes in each, S/N.",
-        2 * (n - 1) * s: "each message is one chunk of S/N bytes, not the whole buffer.",
-    }
-    if s != mib:
-        hints.setdefault(2 * (n - 1) * mib // n,
-                         f"that is 2(N−1)/N × 1 MiB; here S = {s / mib:g} MiB = {s} bytes.")
-    return failed(hints.get(answer, f"{answer:g} bytes is not it: a rank sends N − 1 chunks in "
-                                    f"reduce-scatter and N − 1 in all-gather, each S/N bytes."))
+
+def ring_bytes_sent(count: int, world_size: int, rank: int = 0, itemsize: int = 8) -> int:
+    """Bytes `rank` sends in a ring all-reduce of `count` elements cut by np.array_split."""
+    n = world_size
+    q, extra = divmod(count, n)
+    size = lambda chunk: (q + (chunk % n < extra)) * itemsize  # noqa: E731 - np.array_split's
+    return sum(size(rank - s - 1) + size(rank - s) for s in range(n - 1))
 
 
 @exercise(
@@ -218,15 +232,14 @@ one overlap the transfer
 of the next (NCCL cuts every chunk into slices for this). Here the additions are cheap next to \
 gRPC's per-byte
 CPU cost, and every extra message costs another α, so expect no gain — often a small loss.""",
-    hints=("Start from your ring, and cut every chunk once more: "
-           "pieces = [np.array_split(p, segments) for p in "
-           "np.array_split(x.reshape(-1).copy(), n)].",
-           "In each step, start every segment of the outgoing chunk with "
-           "sends = [comm.isend(right, seg, tag) ...], then recv the incoming segments one at a "
-           "time (seg += comm.recv(left, tag)), then wait on every send.",
-           "All-gather the same way: isend each segment of pieces[out], then "
-           "pieces[into] = [comm.recv(left, tag) for _ in range(segments)]; join with two "
-           "np.concatenate calls."),
+    hints=('Start from your ring, and cut every chunk once more: pieces = [np.array_split(p, '
+           'segments) for p in np.array_split(x.reshape(-1).copy(), n)].',
+           'In each step, start every segment of the outgoing chunk with comm.isend (it returns at'
+           ' once, with a request), then recv the incoming segments one at a time, then wait on '
+           'every request.',
+           "The key idea: the ring's schedule does not change, only the size of what moves. Every "
+           'segment of a chunk leaves before you wait for any, so segment k + 1 is on the wire '
+           'while you add segment k; all-gather forwards the segments the same way.'),
     key="""from allreduce_edu.exercises.lesson03 import check_pipelined_ring
 
 """ + PIPELINED_SOLUTION + """
@@ -252,34 +265,28 @@ def check_pipelined_ring(fn, world_sizes=(3,), shapes=((10,), (100_003,)), segme
                   f"bytes.")
 
 
-@exercise(
-    "03.4", "why busbw falls with N here", kind="choice",
-    hints=("What is busbw = algbw · 2(N − 1)/N built to measure: a property of the algorithm, or "
-           "of each link?",
-           "On this laptop, what do all the rank processes share, and what does gRPC spend on "
-           "every byte?"),
-    solution="""c: busbw = algbw · 2(N-1)/N counts the bytes each rank's link must carry in a \
-ring, 2(N-1)/N·S, and
-that is the same load per link for any N: on a network where every rank has its own link, busbw \
-stays
-near the link's speed however many ranks you add. Here the "links" are gRPC calls, which cost CPU \
-per byte,
-and all N ranks share this machine's cores: more ranks, less CPU for each, lower busbw.""",
-    key="""from allreduce_edu.exercises.lesson03 import check_busbw_answer
-
-check_busbw_answer("c")""")
-def check_busbw_answer(choice: str) -> Feedback:
-    """Exercise 03.4: why busbw should not depend on N, and why here it does (a, b or c)."""
-    answers = {
-        "a": ("no: a ring's step count does grow with N, but that costs latency (2(N−1)·α), which "
-              "matters for small messages. busbw is about big ones, where each rank's bytes, "
-              "2(N−1)/N·S, barely change with N."),
-        "b": ("no: every rank keeps one connection to each neighbour, and the loopback interface "
-              "does not slow down with more of them. Look at what all the ranks share on this "
-              "machine."),
-        "c": "",
-    }
-    success = ("busbw = algbw · 2(N−1)/N measures what each rank's link carries, which is the same "
-               "for any N on a real network. Here the ranks share 2 CPU cores and gRPC spends CPU "
-               "on every byte, so each added rank takes CPU from the others.")
-    return multiple_choice(choice, answers, right="c", success=success)
+check_busbw_answer = choice(
+    "03.4", "the ring on 64 ranks instead of 8", module=__name__, checker="check_busbw_answer",
+    question="A ring all-reduce of S = 1 GiB runs on 8 ranks, then on 64, every rank with its "
+             "own 100 Gb/s link; at this size bytes, not α, set the time. On 64 ranks it takes",
+    options={
+        "a": "about 8× as long: every chunk must pass through 8× as many ranks.",
+        "b": "about 8× less: 64 ranks share the work, so each moves 1/8 as much.",
+        "c": "exactly as long: the ring's bytes per rank do not depend on N.",
+        "d": "about 1.1× as long: each rank sends 1.97 GiB instead of 1.75.",
+    },
+    right="d",
+    slips={
+        "a": "the chunks do travel further, but they also shrink to S/N, and all links work at "
+             "once. Count the bytes one rank sends: 2(N − 1) chunks of S/N.",
+        "b": "each chunk is 1/8 the size, but there are 8× as many steps. Multiply: 2(N − 1) "
+             "chunks of S/N bytes.",
+        "c": "close, but not exactly: 2(N − 1)/N·S approaches 2·S as N grows, from below. Work it "
+             "out for N = 8 and N = 64.",
+    },
+    why="each rank sends 2(N − 1)/N·S: 2·7/8 = 1.75 GiB on 8 ranks, 2·63/64 ≈ 1.97 GiB on 64, "
+        "so the time grows by 1.97/1.75 ≈ 1.125 while the world grows 8×. That is why busbw, "
+        "algbw·2(N − 1)/N, stays near the link speed at any N; only the 2(N − 1)·α term grows, "
+        "which matters for small messages.",
+    hints=("What does one rank send in a ring all-reduce: how many chunks, of what size?",
+           "Work out 2(N − 1)/N·S for N = 8 and N = 64, and take the ratio."))

@@ -10,8 +10,9 @@ import numpy as np
 
 from ..collectives import allreduce
 from ..runtime import Cluster
-from .feedback import Feedback, failed, multiple_choice, passed
+from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
+from .spec import Blank, Slip, choice, number
 
 TREE_SOLUTION = """def my_tree_reduce(comm, x):
     acc = np.array(x, copy=True)
@@ -63,13 +64,14 @@ def _why_failed(e: Exception) -> str:
 @exercise(
     "04.1", "write a binomial-tree reduce", kind="code", function="my_tree_reduce",
     solution=TREE_SOLUTION,
-    hints=("Keep a running partial sum, acc = x.copy(), and walk the bits of your rank, one per "
-           "step: distance = 1, 2, 4, … while distance < comm.world_size.",
-           "At each distance, a rank whose bit is set (comm.rank & distance) sends acc to "
-           "comm.rank − distance and returns: its part is done. The others stay in the loop.",
-           "A rank that stays adds its partner's partial, acc += comm.recv(comm.rank + distance, "
-           "\"reduce\"), but only when that partner exists (comm.rank + distance < "
-           "comm.world_size). Rank 0 leaves the loop holding the sum: return acc."),
+    hints=('Keep a running partial sum, acc = x.copy(), and walk the bits of your rank, one per '
+           'step: distance = 1, 2, 4, … while distance < comm.world_size.',
+           'At each distance, a rank whose bit is set (comm.rank & distance) sends acc to '
+           'comm.rank − distance and returns: its part is done. The others stay in the loop.',
+           'The key idea: every step halves the ranks still holding data. A rank that stays '
+           "receives its partner's partial, distance above it, and adds it in — but only when that"
+           ' partner exists (the world need not be a power of two); after the last step rank 0 '
+           'holds the sum.'),
     key="""from allreduce_edu.exercises.lesson04 import check_tree_reduce, hint, solution
 
 """ + TREE_SOLUTION + """
@@ -166,97 +168,94 @@ def count_steps(algorithm: str, world_size: int) -> int:
     return sum(trace_of(algorithm, world_size, count=world_size).steps().values())
 
 
-@exercise(
-    "04.2", "predict the steps on 13 ranks", kind="number", answers=("tree", "recursive_doubling"),
-    todo="replace both None with a number of steps (every phase counted), then run this cell "
-         "again.",
+check_step_prediction = number(
+    "04.2", "predict the steps on 13 ranks", module=__name__, checker="check_step_prediction",
+    question="On 13 ranks, how many steps in all (every phase counted, as "
+             "`sum(trace.steps().values())`) does a tree all-reduce take? And recursive doubling?",
+    blanks=(Blank("my_tree", "steps of a tree all-reduce on 13 ranks, all phases", "8",
+                  keyword="tree"),
+            Blank("my_recursive_doubling", "steps of a recursive-doubling all-reduce on 13 ranks",
+                  "5", keyword="recursive_doubling")),
+    inputs={"world_size": 13}, unit="steps", exact=True,
+    answer=lambda d: {"tree": count_steps("tree", d.world_size),
+                      "recursive_doubling": count_steps("recursive_doubling", d.world_size)},
+    slips=lambda d: _step_slips(d.world_size),
+    otherwise=lambda d, name, got: (
+        "the tree needs ⌈log2 N⌉ steps per phase, and it has two phases (reduce, broadcast)."
+        if name == "tree" else "count fold (1) + exchanges among p ranks, the largest power of "
+                               "two below N (log2 p), + unfold (1)."),
+    success=lambda d: _steps_success(d.world_size),
     hints=("Count phases first, then steps per phase. The tree's reduce and broadcast each take "
            "one step per level of the tree, ⌈log2 N⌉ — round up: 13 ranks need the depth of a "
            "16-rank tree.",
-           "Recursive doubling has one exchange phase, but only on a power of two: p = 8 of the 13 "
-           "ranks exchange for log2 8 steps, the 5 extra ranks fold into partners before (a step) "
-           "and get the result back after (a step)."),
+           "Recursive doubling has one exchange phase, but only on a power of two: p = 8 of the "
+           "13 ranks exchange for log2 8 steps, the 5 extra ranks fold into partners before (a "
+           "step) and get the result back after (a step)."),
     solution="""Tree: reduce then broadcast, ⌈log2 13⌉ = 4 steps each: 8 steps in all.
 Recursive doubling: 13 is not a power of two, so the 13 - 8 = 5 extra ranks fold into partners
 first (1 step), the 8 left exchange for log2 8 = 3 steps, and the result is unfolded back (1 step):
 5 steps. Check: cluster.trace.steps() after allreduce(..., algorithm=...) on a
-Cluster(13, transport="local").""",
-    key="""from allreduce_edu.exercises.lesson04 import check_step_prediction
-
-my_tree = 8                   # reduce + broadcast, ⌈log2 13⌉ = 4 steps each
-my_recursive_doubling = 5     # fold, log2 8 = 3 exchanges, unfold
-check_step_prediction(tree=my_tree, recursive_doubling=my_recursive_doubling)""")
-def check_step_prediction(tree, recursive_doubling, world_size: int = 13) -> Feedback:
-    """Exercise 04.2: total steps of a tree and of a recursive-doubling all-reduce on 13 ranks."""
-    try:
-        tree, recursive_doubling = float(tree), float(recursive_doubling)
-    except (TypeError, ValueError):
-        return failed("answer with two numbers of steps, such as my_tree = 3.")
-    if not (tree.is_integer() and recursive_doubling.is_integer()):
-        return failed("a number of steps is a whole number: count every phase's steps, rounding "
-                      "log2 where the algorithm does.")
-    tree, recursive_doubling = int(tree), int(recursive_doubling)
-    want_tree = count_steps("tree", world_size)
-    want_rd = count_steps("recursive_doubling", world_size)
-    log = (world_size - 1).bit_length()  # ⌈log2 N⌉
-    p = 1 << (world_size.bit_length() - 1)
-    if tree != want_tree:
-        if tree == log:
-            return failed(f"{log} is one phase: the tree all-reduce is a reduce and then a "
-                          f"broadcast, ⌈log2 {world_size}⌉ steps each.")
-        if tree in (world_size - 1, 2 * (world_size - 1)):
-            return failed(f"{tree} is the ring's count (N − 1 per phase); the tree's depth is "
-                          f"⌈log2 N⌉.")
-        if tree == 2 * (log - 1):
-            return failed(f"log2 {world_size} is not a whole number: round it up — {world_size} "
-                          f"ranks need a tree of depth {log}, as {1 << log} would.")
-        return failed("the tree needs ⌈log2 N⌉ steps per phase, and it has two phases (reduce, "
-                      "broadcast).")
-    if recursive_doubling != want_rd:
-        if recursive_doubling == p.bit_length() - 1:
-            return failed(f"{recursive_doubling} counts the exchanges among the {p} ranks left "
-                          f"after folding; {world_size} is not a power of two, so add the fold and "
-                          f"the unfold steps.")
-        if recursive_doubling == log:
-            return failed(f"recursive doubling does not round up: it folds the {world_size - p} "
-                          f"extra ranks into partners (a step), exchanges among {p} (log2 {p} "
-                          f"steps), then unfolds (a step).")
-        if recursive_doubling in (2 * log, 2 * (p.bit_length() - 1)):
-            return failed("recursive doubling has one exchange phase, not two: each step both "
-                          "reduces and spreads the result.")
-        return failed(f"count fold (1) + exchanges among p = {p} ranks (log2 p) + unfold (1).")
-    return passed(f"tree: {want_tree} steps ({want_tree // 2} reduce + {want_tree // 2} "
-                  f"broadcast); recursive doubling: {want_rd} (fold, {want_rd - 2} exchanges, "
-                  f"unfold) — the ring would take {2 * (world_size - 1)}.")
+Cluster(13, transport="local").""")
 
 
-@exercise(
-    "04.3", "why the tree wins small and loses large", kind="choice",
-    hints=("Price one step as α + (bytes in the step)·β. Which of the two terms matters at 8 "
-           "bytes, and which at 64 MiB?",
-           "Count for both algorithms: the tree takes 2⌈log2 N⌉ steps of S bytes each, the ring "
-           "2(N − 1) steps of S/N bytes each."),
-    solution="""a: a step costs about α + (bytes in the step)·β. At 8 bytes only α matters, and the
-tree takes 2⌈log2 N⌉ steps against the ring's 2(N-1). At 64 MiB the bytes matter: every tree step
-moves the whole buffer S, 2⌈log2 N⌉·S along the way, while the ring moves S/N per step,
-2(N-1)/N·S in all.""",
-    key="""from allreduce_edu.exercises.lesson04 import check_crossover_answer
+def _step_slips(n: int) -> list:
+    log, p = (n - 1).bit_length(), 1 << (n.bit_length() - 1)  # ⌈log2 N⌉; the power of two below
+    return [
+        Slip(log, f"{log} is one phase: the tree all-reduce is a reduce and then a broadcast, "
+                  f"⌈log2 {n}⌉ steps each.", "tree"),
+        Slip(n - 1, f"{n - 1} is the ring's count per phase; the tree's depth is ⌈log2 N⌉.",
+             "tree"),
+        Slip(2 * (n - 1), f"{2 * (n - 1)} is the ring's count (N − 1 per phase); the tree's depth "
+                          f"is ⌈log2 N⌉.", "tree"),
+        Slip(2 * (log - 1), f"log2 {n} is not a whole number: round it up — {n} ranks need a tree "
+                            f"of depth {log}, as {1 << log} would.", "tree"),
+        Slip(p.bit_length() - 1, f"that counts the exchanges among the {p} ranks left after "
+                                 f"folding; {n} is not a power of two, so add the fold and the "
+                                 f"unfold steps.", "recursive_doubling"),
+        Slip(log, f"recursive doubling does not round up: it folds the {n - p} extra ranks into "
+                  f"partners (a step), exchanges among {p} (log2 {p} steps), then unfolds (a "
+                  f"step).", "recursive_doubling"),
+        Slip(2 * log, "recursive doubling has one exchange phase, not two: each step both reduces "
+                      "and spreads the result.", "recursive_doubling"),
+        Slip(2 * (p.bit_length() - 1), "recursive doubling has one exchange phase, not two: each "
+                                       "step both reduces and spreads the result.",
+             "recursive_doubling"),
+    ]
 
-check_crossover_answer("a")""")
-def check_crossover_answer(choice: str) -> Feedback:
-    """Exercise 04.3: why does the tree beat the ring at 8 bytes but lose at 64 MiB? (a to d)"""
-    answers = {
-        "a": "",
-        "b": "no: nothing is compressed here, and the tree sends the same number of messages at "
-             "every size. Count the bytes in each step instead.",
-        "c": "no: the additions are the same work in both (each element is added N − 1 times), and "
-             "NumPy adds 64 MiB in milliseconds. The bytes on the wire are what differ.",
-        "d": "no: at 8 bytes the ring's N − 1 steps are all latency (α) — more steps means slower, "
-             "not more parallel. Compare the step counts and the bytes per step.",
-    }
-    success = ("small messages are priced by α per step (the tree has fewer steps); large ones by "
-               "bytes per step (the tree moves the whole buffer every step, the ring a 1/N chunk).")
-    return multiple_choice(choice, answers, right="a", success=success)
+
+def _steps_success(n: int) -> str:
+    tree, rd = count_steps("tree", n), count_steps("recursive_doubling", n)
+    return (f"tree: {tree} steps ({tree // 2} reduce + {tree // 2} broadcast); recursive "
+            f"doubling: {rd} (fold, {rd - 2} exchanges, unfold) — the ring would take "
+            f"{2 * (n - 1)}.")
+
+
+check_crossover_answer = choice(
+    "04.3", "the tree/ring crossover on 1024 ranks", module=__name__,
+    checker="check_crossover_answer",
+    question="On 8 ranks of a real cluster (a link per rank) the tree beats the ring below a few "
+             "hundred KB. On 1024 ranks of the same network, the size where they cross is",
+    options={
+        "a": "much larger: the ring's steps grow like N, the tree's like log2 N.",
+        "b": "the same: the crossover is set by α/β, and the network is the same.",
+        "c": "much smaller: on 1024 ranks the ring's chunks are tiny and cheap.",
+        "d": "gone: above about 1000 ranks the tree wins at every size.",
+    },
+    right="a",
+    slips={
+        "b": "α/β sets the scale, but N sets the factor in front: the ring pays 2(N − 1)·α, the "
+             "tree 2·log2 N·α. Write both times at N = 1024.",
+        "c": "the ring's chunks shrink, but it then needs 2(N − 1) = 2046 steps, each paying α. "
+             "Which algorithm's latency grows faster with N?",
+        "d": "the tree still moves the whole buffer S in every one of its 2·log2 N steps, the "
+             "ring about 2·S in all. For large enough S the ring still wins.",
+    },
+    why="setting 2·log2 N·(α + S·β) equal to 2(N − 1)·α + 2(N − 1)/N·S·β gives a crossover of "
+        "about α/β·(N − 1 − log2 N)/(log2 N − 1): about 60× larger at N = 1024 than at N = 8. On "
+        "big worlds latency rules a wide range of sizes — why NCCL and MPI switch to trees there.",
+    hints=("Write both times as α-terms plus β-terms: how does each grow with N?",
+           "The ring's α-term is 2(N − 1)·α, the tree's 2·log2 N·α; its β-term 2·log2 N·S·β, the "
+           "ring's about 2·S·β. Which gap widens as N grows?"))
 
 
 def bytes_per_step(trace) -> dict[tuple[str, int], int]:

@@ -7,12 +7,11 @@ model predicts.
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..bench import combine, measure
 from ..costmodel import crossover, predict
-from .feedback import Feedback, failed, multiple_choice, passed
+from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
+from .spec import Blank, Slip, choice, number
 
 #: the algorithms lesson 05 chooses among (lesson 04's four)
 CANDIDATES = ("ring", "tree", "recursive_doubling", "rabenseifner")
@@ -46,13 +45,14 @@ def _describe(alpha: float, beta: float) -> str:
 @exercise(
     "05.1", "choose the fastest algorithm by the model", kind="code", function="choose",
     solution=CHOOSE_SOLUTION, needs={"predict": predict},
-    hints=("No size thresholds needed: the model already prices every algorithm. Ask it for each "
+    hints=('No size thresholds needed: the model already prices every algorithm. Ask it for each '
            "of the four candidates' time and keep the fastest.",
-           "predict(algorithm, world_size, nbytes, alpha, beta) from allreduce_edu.costmodel "
-           "(imported at the top of this lesson) gives the predicted seconds. Mind its argument "
-           "order: world_size comes before nbytes.",
-           "Return the name whose predicted time is smallest: min over the four names, with "
-           "key=lambda algorithm: predict(algorithm, world_size, nbytes, alpha, beta)."),
+           'predict(algorithm, world_size, nbytes, alpha, beta) from allreduce_edu.costmodel '
+           '(imported at the top of this lesson) gives the predicted seconds. Mind its argument '
+           'order: world_size comes before nbytes.',
+           'The key idea: choosing is minimising. Price each candidate for this N, S, α and β, and'
+           " return the name whose price is lowest — the same question NCCL's tuner answers with "
+           'its own model.'),
     key="""from allreduce_edu.exercises.lesson05 import check_choose, hint, solution
 
 """ + CHOOSE_SOLUTION + """
@@ -87,10 +87,32 @@ def check_choose(choose) -> Feedback:
                   "link.")
 
 
-@exercise(
-    "05.2", "predict the tree/ring crossover", kind="number",
-    todo="replace None with the crossover size in bytes (a number or an expression), then run this "
-         "cell again.",
+check_crossover = number(
+    "05.2", "predict the tree/ring crossover", module=__name__, checker="check_crossover",
+    question="On a cluster with α = 10 µs and 1/β = 20 GB/s, with 8 ranks: above how many "
+             "**bytes** is the ring faster than the tree? Work it out from the two formulas (no "
+             "`crossover` call!).",
+    setup="alpha_cluster, beta_cluster = 10e-6, 1 / 20e9",
+    blanks=(Blank("my_crossover", "bytes: a number, or an expression of alpha_cluster, "
+                  "beta_cluster", "8 * alpha_cluster / (4.25 * beta_cluster)"),),
+    inputs={"alpha": 10e-6, "beta": 1 / 20e9, "world_size": 8},
+    call="alpha_cluster, beta_cluster, world_size=8", unit="bytes",
+    answer=lambda d: crossover("tree", "ring", d.world_size, d.alpha, d.beta),
+    slips=lambda d: [
+        *[Slip(crossover("tree", "ring", d.world_size, d.alpha, d.beta) / scale,
+               f"that looks like {unit}: the checker wants bytes.")
+          for unit, scale in (("KiB", 1024), ("kB", 1000), ("MiB", 1 << 20), ("MB", 1e6))],
+        Slip(d.alpha / d.beta, f"α/β = {d.alpha / d.beta:,.0f} bytes is where one message's α "
+             f"equals its bytes·β. The crossover also depends on the step counts and bytes of "
+             f"each algorithm on {d.world_size} ranks: set the two formulas equal and solve for "
+             f"S."),
+        Slip(_one_phase_tree(d), "the tree has two phases, reduce and broadcast: 2·⌈log2 N⌉ "
+             "steps, each moving the whole buffer."),
+    ],
+    otherwise=lambda d, name, got: (
+        f"off by a factor {got / crossover('tree', 'ring', d.world_size, d.alpha, d.beta):.2f}: "
+        f"tree = 2⌈log2 N⌉(α + Sβ), ring = 2(N−1)α + 2(N−1)/N·Sβ; set them equal and solve for S."),
+    success=lambda d: _crossover_success(d),
     hints=("Write both times for N = 8 as a·α + b·S·β: the tree takes 2⌈log2 8⌉ steps, each "
            "moving the whole buffer S; the ring takes 2(N − 1) steps and moves 2(N − 1)/N·S "
            "along the way.",
@@ -101,67 +123,46 @@ def check_choose(choose) -> Feedback:
     ring: 2·(8 − 1)·α + 2·(8 − 1)/8·S·β = 14α + 1.75·S·β
     6α + 6Sβ = 14α + 1.75Sβ  →  S = 8α / (4.25β) ≈ 1.88·α/β
 With α = 10 µs and 1/β = 20 GB/s: α/β = 200,000 bytes, so S ≈ 376,000 bytes (≈ 367 KiB).
-crossover("tree", "ring", 8, alpha, beta) computes it.""",
-    key="""from allreduce_edu.exercises.lesson05 import check_crossover
-
-alpha_cluster, beta_cluster = 10e-6, 1 / 20e9
-my_crossover = 8 * alpha_cluster / (4.25 * beta_cluster)   # 6α + 6·S·β = 14α + 1.75·S·β
-check_crossover(my_crossover, alpha_cluster, beta_cluster, world_size=8)""")
-def check_crossover(nbytes, alpha: float = 10e-6, beta: float = 1 / 20e9,
-                    world_size: int = 8) -> Feedback:
-    """Exercise 05.2: above which size (bytes) does the model make the ring faster than the tree?"""
-    want = crossover("tree", "ring", world_size, alpha, beta)
-    ratio = alpha / beta
-    if not isinstance(nbytes, (int, float, np.integer, np.floating)) or not nbytes > 0:
-        return failed("answer with a positive number of bytes.")
-    if abs(nbytes - want) <= 0.05 * want:
-        return passed(f"{want:,.0f} bytes ({want / 1024:,.0f} KiB) = {want / ratio:.2f}·α/β: below "
-                      f"it the tree's fewer steps win, above it the ring's smaller messages.")
-    for unit, scale in (("KiB", 1024), ("kB", 1000), ("MiB", 1 << 20), ("MB", 1e6)):
-        if abs(nbytes * scale - want) <= 0.05 * want:
-            return failed(f"that looks like {unit}: the checker wants bytes ({nbytes:g} {unit} = "
-                          f"{nbytes * scale:,.0f} B).")
-    if abs(nbytes - ratio) <= 0.05 * ratio:
-        return failed(f"α/β = {ratio:,.0f} bytes is where one message's α equals its bytes·β. The "
-                      f"crossover also depends on the step counts and bytes of each algorithm on "
-                      f"{world_size} ranks: set the two formulas equal and solve for S.")
-    log = (world_size - 1).bit_length()
-    ring_slope = 2 * (world_size - 1) / world_size
-    wrong_tree = (2 * (world_size - 1) - log) * alpha / ((log - ring_slope) * beta)
-    if abs(nbytes - wrong_tree) <= 0.05 * abs(wrong_tree):
-        return failed("the tree has two phases, reduce and broadcast: 2·⌈log2 N⌉ steps, each "
-                      "moving the whole buffer.")
-    return failed(f"off by a factor {nbytes / want:.2f}: tree = 2⌈log2 N⌉(α + Sβ), ring = "
-                  f"2(N−1)α + 2(N−1)/N·Sβ; set them equal and solve for S.")
+crossover("tree", "ring", 8, alpha, beta) computes it.""")
 
 
-@exercise(
-    "05.3", "why ring and tree differ in the last bits", kind="choice",
-    hints=("Every message arrives byte for byte, and all four algorithms add in float32, the "
-           "inputs' dtype. What else differs between them?",
-           "Write out one element's additions: the tree computes (x0 + x1) + (x2 + x3), the ring "
-           "((x1 + x2) + x3) + x0. Does float32 give the same answer for both groupings?"),
-    solution="""a: floating-point addition is not associative. Each partial sum is rounded to
-float32, so (x0 + x1) + (x2 + x3) (the tree) and ((x1 + x2) + x3) + x0 (the ring, for chunk 0)
-round differently. Both are equally good approximations of the exact sum; neither loses data on
-the wire.""",
-    key="""from allreduce_edu.exercises.lesson05 import check_float_order_answer
+def _one_phase_tree(d) -> float:
+    log, slope = (d.world_size - 1).bit_length(), 2 * (d.world_size - 1) / d.world_size
+    return (2 * (d.world_size - 1) - log) * d.alpha / ((log - slope) * d.beta)
 
-check_float_order_answer("a")""")
-def check_float_order_answer(choice: str) -> Feedback:
-    """Exercise 05.3: why do ring and tree give different float32 bits? (a, b, c or d)"""
-    answers = {
-        "a": "",
-        "b": "no: every message arrives byte for byte (the wire carries raw bytes, and both "
-             "results are within rounding of the float64 sum). Look at the order of the additions.",
-        "c": "no: arrays travel as raw bytes, never as text; a round trip through text would be "
-             "much further off.",
-        "d": "no: both add in float32, the input's dtype (NumPy's `+=` on float32 arrays). They "
-             "add in different orders.",
-    }
-    success = ("rounding after every addition makes float addition non-associative: a different "
-               "grouping gives different last bits, equally close to the exact sum.")
-    return multiple_choice(choice, answers, right="a", success=success)
+
+def _crossover_success(d) -> str:
+    want = crossover("tree", "ring", d.world_size, d.alpha, d.beta)
+    return (f"{want:,.0f} bytes ({want / 1024:,.0f} KiB) = {want * d.beta / d.alpha:.2f}·α/β: "
+            f"below it the tree's fewer steps win, above it the ring's smaller messages.")
+
+
+check_float_order_answer = choice(
+    "05.3", "ring and tree on integers", module=__name__, checker="check_float_order_answer",
+    question="Ring and tree all-reduce the same float32 inputs and disagree in the last bits. "
+             "Run them instead on int32 token counts (no sum overflows). The two results",
+    options={
+        "a": "differ in the last bits too: any two orders of addition round differently.",
+        "b": "agree only when N is a power of two, so that the tree is balanced.",
+        "c": "differ on some machines: each CPU rounds its integer sums its own way.",
+        "d": "agree bit for bit: integer sums are exact, so grouping cannot matter.",
+    },
+    right="d",
+    slips={
+        "a": "rounding happens only when a result has more digits than its type can hold: float "
+             "addition rounds, integer addition (without overflow) is exact.",
+        "b": "an unbalanced tree groups the additions differently, but for integers grouping "
+             "does not matter: (a + b) + c = a + (b + c) exactly.",
+        "c": "integer addition has one right answer and every CPU gives it (two's complement); "
+             "only floating point rounds.",
+    },
+    why="the float results differ because float addition rounds after every step, so it is not "
+        "associative and the ring and the tree group the additions differently. Integer addition "
+        "is exact and associative: any algorithm, any N, the same bits. Deterministic float "
+        "reductions need a fixed order instead (NCCL_ALGO pinned, or fixed-point sums).",
+    hints=("Why do float32 results depend on the order of the additions at all?",
+           "Does integer addition ever round? Then can the grouping of the additions change the "
+           "sum?"))
 
 
 def measured_crossover(rows, a: str = "tree", b: str = "ring") -> tuple[int | None, int] | None:
@@ -176,3 +177,21 @@ def measured_crossover(rows, a: str = "tree", b: str = "ring") -> tuple[int | No
         if all(times[b, s] < times[a, s] for s in sizes[i:]):
             return (sizes[i - 1] if i > 0 else None, size)
     return None
+
+
+def interpolated_crossover(rows, a: str = "tree", b: str = "ring") -> float | None:
+    """From measured rows: the size in bytes where `b` becomes faster than `a`, on the straight
+    line between the two measured sizes around it (times are straight lines in the size).
+
+    None when `b` is not faster at the largest size; the smallest size when `b` is faster at
+    every size."""
+    found = measured_crossover(rows, a, b)
+    if found is None:
+        return None
+    below, first = found
+    if below is None:
+        return float(first)
+    times = {(r["algorithm"], r["bytes"]): r["time_us"] for r in rows}
+    # b's lead over a: ≤ 0 at `below` (a no slower), > 0 at `first`
+    lead_below, lead_first = (times[a, s] - times[b, s] for s in (below, first))
+    return below + (first - below) * -lead_below / (lead_first - lead_below)

@@ -13,8 +13,9 @@ import timeit
 
 import numpy as np
 
-from .feedback import Feedback, failed, multiple_choice, passed
+from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
+from .spec import REQUIRED, Blank, Slip, choice, number
 
 VARIANCE_SOLUTION = """def my_variance(row):
     mean = row.sum(dtype=np.float64) / len(row)                          # pass 1: the mean
@@ -126,12 +127,13 @@ def _variance_problem(what: str, row: np.ndarray, got: float) -> str | None:
 distances are small, so nothing large cancels. Or Welford's one pass (the running mean and the
 running sum of squared distances, updated per element):
 """ + WELFORD_SOLUTION,
-    hints=("E[x²] − E[x]² subtracts two huge, nearly equal numbers when the row has a large mean. "
-           "Find the mean first, then work only with the distances from it.",
-           "Two passes: mean = row.sum(dtype=np.float64) / len(row), then the mean of "
-           "(row - mean) ** 2. Divide by n = len(row), not n − 1, and return one number.",
-           "In one pass, Welford's update does it: for k, v in enumerate(row, start=1): "
-           "d = v − mean; mean += d / k; m2 += d * (v − mean). The variance is m2 / len(row)."),
+    hints=('E[x²] − E[x]² subtracts two huge, nearly equal numbers when the row has a large mean. '
+           'Find the mean first, then work only with the distances from it.',
+           'Two passes: the mean (accumulated in float64), then the mean of the squared distances '
+           'from it. Divide by n = len(row), not n − 1, and return one number.',
+           'The key idea: never square the big values themselves. Subtract the mean before '
+           'squaring, so every number you add is small and the rounding error stays small too '
+           "(Welford's update does the same in one pass)."),
     key="""from allreduce_edu.exercises.lesson06 import check_variance, hint, solution
 
 """ + VARIANCE_SOLUTION + """
@@ -142,100 +144,86 @@ def check_variance(fn) -> Feedback:
     return try_variance(fn)
 
 
-def _ceiling_hints(itemsize: int) -> list[tuple[float, str]]:
+check_ceiling = number(
+    "06.2", "predict LayerNorm's least time", module=__name__, checker="check_ceiling",
+    verb="predict the ceiling",
+    question="Using `copy_gbps`, the copy's bandwidth measured above, what is the least time (in "
+             "seconds) LayerNorm of an (8192, 4096) array can take when it reads x in float16 "
+             "(2 bytes an element) and writes y in float32 (4 bytes), as mixed-precision "
+             "training does?",
+    blanks=(Blank("my_seconds", "the least time in seconds: your reasoning, with copy_gbps "
+                  "(GB/s)", "8192 * 4096 * (2 + 4) / (copy_gbps * 1e9)"),),
+    inputs={"copy_gbps": REQUIRED, "rows": 8192, "hidden": 4096, "read_bytes": 2,
+            "write_bytes": 4},
+    call="copy_gbps", unit="seconds",
+    answer=lambda d: _ceiling(d),
+    slips=lambda d: [Slip(_ceiling(d) * factor, why) for factor, why in _ceiling_slips(d)],
+    otherwise=lambda d, name, got: (
+        f"you are off by a factor {got / _ceiling(d):.2f}: count the bytes LayerNorm must move at "
+        f"least (each element read once, at 2 bytes, and written once, at 4) and divide by the "
+        f"copy's bytes per second."),
+    success=lambda d: (
+        f"{_ceiling(d) * 1e3:.2f} ms: read x once (2 bytes an element) and write y once (4), "
+        f"{d.rows * d.hidden * (d.read_bytes + d.write_bytes):,} bytes at {d.copy_gbps:.1f} GB/s. "
+        f"No LayerNorm can beat that, so its GB/s (bytes read + written / time) is at most the "
+        f"copy's."),
+    hints=("LayerNorm must read every element of x at least once and write every element of y "
+           "once. How many bytes is that, when x is float16 and y float32?",
+           "At best those bytes move as fast as the copy moved its own: seconds = bytes / "
+           "(copy_gbps * 1e9), since GB/s is 10^9 bytes per second."),
+    solution="""LayerNorm must read x once and write y once: rows · hidden · (2 + 4) bytes, x in
+float16 and y in float32. At best it moves them as fast as a copy does:
+    seconds = 8192 * 4096 * (2 + 4) / (copy_gbps * 1e9)
+(201 MB; at 20 GB/s that is 10.1 ms). So the kernel's GB/s can at best equal the copy's.""")
+
+
+def _ceiling(d) -> float:
+    return d.rows * d.hidden * (d.read_bytes + d.write_bytes) / (d.copy_gbps * 1e9)
+
+
+def _ceiling_slips(d) -> list[tuple[float, str]]:
     """(answer / right answer, what it suggests) for the usual slips in exercise 06.2."""
-    bits = "that counts bits: GB/s is gigabytes per second, so use bytes (4 per float32)."
+    per = d.read_bytes + d.write_bytes
+    bits = "that counts bits: GB/s is gigabytes per second, so use bytes."
     gib = "GB/s means 10^9 bytes per second here, not GiB (2^30)."
     return [
-        (0.5, "that moves x only once: LayerNorm also writes its output, another rows × hidden × 4 "
-              "bytes."),
-        (2.0, "that counts x read twice (or more) plus the write: a good kernel keeps each row in "
-              "cache while it computes the mean and the variance, so x leaves memory only once — "
-              "read once, write once."),
-        (1.5, "that counts three arrays moved: that is add_layernorm (acc and incoming read, one "
-              "written). Plain LayerNorm reads x once and writes y once."),
+        (8 / per, "that counts 4 bytes each way: x is float16 here, 2 bytes an element."),
+        (4 / per, "that counts 2 bytes each way: y is written in float32, 4 bytes an element."),
+        (d.read_bytes / per, "that moves x only once: LayerNorm also writes its output y."),
+        ((2 * d.read_bytes + d.write_bytes) / per, "that reads x twice: a good kernel keeps each "
+         "row in cache while it computes the mean and the variance, so x leaves memory once."),
         (1e3, "that looks like milliseconds: the checker wants seconds."),
         (1e6, "that looks like microseconds: the checker wants seconds."),
-        (8.0, bits),
-        (1 / 8, bits),
-        (1 / itemsize, "that counts elements, not bytes: each float32 is 4 bytes."),
-        (2 ** 30 / 1e9, gib),
-        (1e9 / 2 ** 30, gib),
+        (8.0, bits), (1 / 8, bits),
+        (2 ** 30 / 1e9, gib), (1e9 / 2 ** 30, gib),
     ]
 
 
-@exercise(
-    "06.2", "predict LayerNorm's least time", kind="number",
-    todo="replace None with the least time in seconds (an expression using copy_gbps is fine), "
-         "then run this cell again.",
-    hints=("LayerNorm must read every element of x at least once and write every element of y "
-           "once. How many bytes is that for an (8192, 4096) float32 array?",
-           "At best those bytes move as fast as the copy moved its own: seconds = bytes / "
-           "(copy_gbps * 1e9), since GB/s is 10^9 bytes per second."),
-    solution="""LayerNorm must read x once and write y once: 2 · rows · hidden · 4 bytes for
-float32. At best it moves them as fast as a copy does:
-    seconds = 2 * 8192 * 4096 * 4 / (copy_gbps * 1e9)
-(268 MB; at 20 GB/s that is 13.4 ms). So the kernel's GB/s can at best equal the copy's.""",
-    key="""from allreduce_edu.exercises.lesson06 import check_ceiling
-
-my_seconds = 2 * 8192 * 4096 * 4 / (copy_gbps * 1e9)   # read x once, write y once, at copy speed
-check_ceiling(my_seconds, copy_gbps)""")
-def check_ceiling(seconds, copy_gbps: float, rows: int = 8192, hidden: int = 4096,
-                  itemsize: int = 4) -> Feedback:
-    """Exercise 06.2: the least time LayerNorm of a (rows, hidden) array takes at `copy_gbps`."""
-    try:
-        seconds = float(seconds)
-    except (TypeError, ValueError):
-        return failed("answer with a number of seconds.")
-    if not math.isfinite(seconds) or seconds <= 0:
-        return failed("a time must be a positive number of seconds.")
-    nbytes = rows * hidden * itemsize
-    bw = copy_gbps * 1e9
-    expected = 2 * nbytes / bw
-    ratio = seconds / expected
-    if abs(ratio - 1) <= 0.03:
-        return passed(f"{seconds * 1e3:.2f} ms: read x once and write y once, 2 × {nbytes} bytes "
-                      f"at {copy_gbps:.1f} GB/s. No LayerNorm can beat that, so its GB/s (bytes "
-                      f"read + written / time) is at most the copy's, {copy_gbps:.1f} GB/s.")
-    for factor, why in _ceiling_hints(itemsize):
-        if abs(ratio / factor - 1) <= 0.03:
-            return failed(why)
-    return failed(f"you are off by a factor {ratio:.2f}: count the bytes LayerNorm must move at "
-                  f"least (rows × hidden × 4 bytes each way) and divide by the copy's bytes per "
-                  f"second.")
-
-
-@exercise(
-    "06.3", "why nogil lets a kernel overlap", kind="choice",
-    hints=("What does a gRPC receive thread need to run its Python code, and who holds it while a "
-           "compiled kernel runs?",
-           "Remember experiment 1: beside the kernel that holds the GIL the Python work waited for "
-           "the whole kernel; beside the nogil one it did not. Both ran in this process, on the "
-           "CPU."),
-    solution="""a: nogil=True makes Numba release the GIL while the compiled kernel runs. gRPC's
-threads in a rank hand every arriving frame to the mailbox in Python code, which needs the GIL:
-with it free, they keep receiving on the other core while the kernel reduces. A kernel that holds
-the GIL freezes every Python thread of its process until it returns.""",
-    key="""from allreduce_edu.exercises.lesson06 import check_nogil_answer
-
-check_nogil_answer("a")""")
-def check_nogil_answer(choice: str) -> Feedback:
-    """Exercise 06.3: why can a nogil=True kernel overlap with a rank's gRPC threads? (a to d)"""
-    answers = {
-        "a": "",
-        "b": "no: Numba runs the kernel in the calling thread of the same process, on the same "
-             "memory (nothing is copied). The question is what that thread holds while it runs.",
-        "c": "not quite: gRPC's C core runs without the GIL, but each arriving frame is handed to "
-             "the rank's mailbox by Python code, which needs the GIL. Remember experiment 1: "
-             "beside the GIL-holding kernel, the Python work waited for the whole kernel.",
-        "d": "no: there is no GPU here; Numba compiles for the CPU, and the kernel runs in the "
-             "calling thread.",
-    }
-    success = ("nogil=True releases the GIL for as long as the compiled code runs, so the rank's "
-               "gRPC threads (Python code that moves frames into the mailbox) keep running on the "
-               "other core. Without it, every Python thread of the process waits until the kernel "
-               "returns.")
-    return multiple_choice(choice, answers, right="a", success=success)
+check_nogil_answer = choice(
+    "06.3", "a kernel that holds the GIL", module=__name__, checker="check_nogil_answer",
+    question="A rank runs a 50 ms Numba kernel compiled without nogil=True while a 4 MiB message "
+             "arrives for it. The machine has 8 idle cores. The message is handed to the mailbox",
+    options={
+        "a": "once the kernel returns: the hand-off is Python and needs the GIL.",
+        "b": "at once: gRPC's threads are C++ and never need the GIL at all.",
+        "c": "at once: with 8 idle cores each Python thread gets a core of its own.",
+        "d": "never: a message that arrives while the GIL is held is dropped.",
+    },
+    right="a",
+    slips={
+        "b": "gRPC's C++ core receives the bytes without the GIL, but handing each frame to the "
+             "rank's mailbox runs Python code — and that needs the GIL.",
+        "c": "cores do not help Python threads: only the thread holding the GIL runs Python, "
+             "whatever the number of cores. The kernel holds it until it returns.",
+        "d": "nothing is lost: the frame waits in gRPC's buffers until a Python thread can take "
+             "it. It is late, not gone.",
+    },
+    why="compiled code holds the GIL unless it is told to release it. The gRPC thread that hands "
+        "the frame to the mailbox runs Python, so it waits 50 ms however many cores are idle; "
+        "with nogil=True the kernel lets go of the GIL and the hand-off runs beside it.",
+    hints=("Which part of receiving a message in this package runs Python code?",
+           "How many threads can run Python code at once, whatever the number of cores, and who "
+           "holds the GIL while the kernel runs?"))
 
 
 def median_seconds(call, repeat: int = 5) -> float:

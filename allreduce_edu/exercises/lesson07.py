@@ -13,10 +13,11 @@ import math
 from .. import kernels
 from ..collectives.ring import all_gather_ring, reduce_scatter_ring
 from ..runtime import Cluster, ship
-from .feedback import Feedback, failed, multiple_choice, passed
+from .feedback import Feedback, failed, passed
 from .fused_traffic import fused_explain, fused_on_rank, fused_problem
 from .harness import explain_error
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
+from .spec import Blank, Slip, choice, number
 
 FUSED_SOLUTION = """def my_fused(comm, x):
     pieces = np.array_split(x.copy(), comm.world_size, axis=0)   # whole rows; rank r owns piece r
@@ -37,16 +38,14 @@ FUSED_SOLUTION = """def my_fused(comm, x):
     explanation="""The sum and the norm are one pass over each rank's 1/N of the rows, and the bytes
 are a ring all-reduce's. (A world of one rank has no ring steps, so `last` never runs: there, call
 kernels.layernorm(x) instead.)""",
-    hints=("Cut a copy of x by rows, one piece per rank: np.array_split(x.copy(), "
-           "comm.world_size, axis=0). LayerNorm works on whole rows, so a row must never be split "
-           "between ranks.",
-           "reduce_scatter_ring(comm, pieces, \"sum\", last=...) runs the ring's reduce-scatter on "
-           "your pieces and calls last(acc, incoming) in place of its final addition. Give it a "
-           "function that adds and normalises at once: kernels.add_layernorm(acc, incoming, "
-           "out=acc).",
-           "After reduce-scatter each rank holds its own rows, normalised. all_gather_ring(comm, "
-           "pieces) passes them around until every rank has all of them: return "
-           "np.concatenate(all_gather_ring(comm, pieces), axis=0)."),
+    hints=('Cut a copy of x by rows, one piece per rank: np.array_split(x.copy(), comm.world_size,'
+           ' axis=0). LayerNorm works on whole rows, so a row must never be split between ranks.',
+           'reduce_scatter_ring(comm, pieces, "sum", last=...) runs the ring\'s reduce-scatter on '
+           'your pieces and calls last(acc, incoming) in place of its final addition; '
+           'kernels.add_layernorm adds and normalises at once.',
+           'The key idea: normalise a row where its sum is finished, and only there. The last '
+           'reduce step adds and normalises in one pass; the all-gather then spreads normalised '
+           'rows, so no rank normalises a row twice.'),
     key="""from allreduce_edu.exercises.lesson07 import check_fused, hint, solution
 
 """ + FUSED_SOLUTION + """
@@ -86,9 +85,19 @@ def check_fused(fn, world_sizes=(3, 4), shapes=((10, 16), (2, 8), (13, 24)), tim
                   f"in all = 2(N−1)·S, as a ring all-reduce does.")
 
 
-@exercise(
-    "07.2", "predict the root's bytes", kind="number",
-    todo="replace None with the number of bytes rank 0 sends, then run this cell again.",
+check_root_bytes = number(
+    "07.2", "predict the root's bytes", module=__name__, checker="check_root_bytes",
+    question="In the root variant on N = 12 ranks, with S = 1 MiB of activations per rank, how "
+             "many bytes does **rank 0** send?",
+    blanks=(Blank("my_bytes", "bytes rank 0 sends in the root variant: a number or an "
+                  "expression", "4 * (1 << 20)"),),
+    inputs={"world_size": 12, "nbytes": 1 << 20}, unit="bytes", exact=True,
+    answer=lambda d: (d.world_size - 1).bit_length() * d.nbytes,
+    slips=lambda d: _root_slips(d.world_size, d.nbytes),
+    otherwise=lambda d, name, got: (
+        f"the broadcast from rank 0 takes ⌈log2 N⌉ = {(d.world_size - 1).bit_length()} steps, "
+        f"and in the reduce rank 0 only receives. How many bytes does rank 0 send per step?"),
+    success=lambda d: _root_success(d.world_size, d.nbytes),
     hints=("Rank 0 is the root of the tree reduce, where it only receives. Count what it sends in "
            "the broadcast.",
            "A binomial broadcast doubles the number of ranks that hold the data every step: "
@@ -99,86 +108,70 @@ the binomial broadcast, sends the whole normalised tensor once per step to a new
 steps. The ranks holding the tensor go 1 → 2 → 4 → 8 → 12: the last step reaches only 4 new ranks,
 but it is a step.
     N = 12: ⌈log2 12⌉ · S = 4 · 1048576 = 4194304 bytes   (4 MiB)
-Compare the ring (fused or unfused): 2(N-1)/N · S ≈ 1.83 MiB per rank.""",
-    key="""from allreduce_edu.exercises.lesson07 import check_root_bytes, hint, solution
+Compare the ring (fused or unfused): 2(N-1)/N · S ≈ 1.83 MiB per rank.""")
 
-my_bytes = 4 * (1 << 20)   # ⌈log2 12⌉ = 4 broadcast steps of S; in the reduce rank 0 only receives
-check_root_bytes(my_bytes)""")
-def check_root_bytes(answer, world_size: int = 12, nbytes: int = 1 << 20) -> Feedback:
-    """Exercise 07.2: bytes rank 0 sends in the root variant (tree reduce + broadcast) for N ranks,
-    S bytes."""
-    try:
-        answer = float(answer)
-    except (TypeError, ValueError):
-        return failed("answer with a number of bytes.")
-    n, s = world_size, nbytes
-    steps = (n - 1).bit_length()
-    expected = steps * s
-    if answer == expected:
-        return passed(f"{expected} bytes = ⌈log2 {n}⌉ · S = {steps} × {s}: rank 0 only receives "
-                      f"in the reduce, then sends the whole tensor once per broadcast step. A "
-                      f"ring sends 2(N−1)/N·S = {2 * (n - 1) / n * s:.0f} per rank — less, but in "
-                      f"{2 * (n - 1)} steps instead of {2 * steps}.")
-    hints = {
-        2 * (n - 1) / n * s: "that is what every rank sends in the ring (fused or unfused); the "
-                             "root variant uses binomial trees.",
-        (n - 1) * s: "that is a naive broadcast (rank 0 sends to each of the N − 1 others); the "
-                     "binomial tree lets ranks that already hold the data pass it on, so rank 0 "
-                     "sends once per step.",
-        2 * (n - 1) * s: "that is what all ranks send together (2(N−1)·S); the question asks for "
-                         "rank 0 alone.",
-        2 * steps * s: "rank 0 is the root of the reduce: there it only receives. Count its "
-                       "broadcast sends only.",
-        s: "rank 0 sends in every broadcast step, not just once: the ranks that hold the data "
-           "double each step.",
-        steps: "that is the number of broadcast steps; each sends the whole tensor, S bytes: "
-               "multiply by S.",
-        steps * 1e6: "S = 1 MiB = 1048576 bytes, not 10^6.",
-        steps * s * 8: "in bytes, not bits.",
-    }
-    below = n.bit_length() - 1  # ⌊log2 N⌋: fewer steps than ⌈log2 N⌉ unless N is a power of 2
+
+def _root_slips(n: int, s: int) -> list:
+    steps, below = (n - 1).bit_length(), n.bit_length() - 1
+    slips = [
+        Slip(2 * (n - 1) / n * s, "that is what every rank sends in the ring (fused or unfused); "
+                                  "the root variant uses binomial trees."),
+        Slip((n - 1) * s, "that is a naive broadcast (rank 0 sends to each of the N − 1 others); "
+                          "the binomial tree lets ranks that already hold the data pass it on, "
+                          "so rank 0 sends once per step."),
+        Slip(2 * (n - 1) * s, "that is what all ranks send together (2(N−1)·S); the question "
+                              "asks for rank 0 alone."),
+        Slip(2 * steps * s, "rank 0 is the root of the reduce: there it only receives. Count its "
+                            "broadcast sends only."),
+        Slip(s, "rank 0 sends in every broadcast step, not just once: the ranks that hold the "
+                "data double each step."),
+        Slip(steps, "that is the number of broadcast steps; each sends the whole tensor, S "
+                    "bytes: multiply by S."),
+        Slip(steps * 1e6, "S = 1 MiB = 1048576 bytes, not 10^6."),
+        Slip(steps * s * 8, "in bytes, not bits."),
+    ]
     if below != steps:
-        hints[below * s] = (f"after {below} steps {1 << below} ranks hold the tensor and "
-                            f"{n - (1 << below)} still wait: one more step, ⌈log2 N⌉ = {steps} "
-                            f"in all.")
-        hints[math.log2(n) * s] = (f"log2 {n} is not a whole number of steps: a step either "
-                                   f"happens or not, so round up to ⌈log2 N⌉ = {steps}.")
-    for value, text in hints.items():
-        if math.isclose(answer, value, rel_tol=1e-9):
-            return failed(text)
-    return failed(f"not it: the broadcast from rank 0 takes ⌈log2 N⌉ = {steps} steps, and in the "
-                  f"reduce rank 0 only receives. How many bytes does rank 0 send per step?")
+        slips += [Slip(below * s, f"after {below} steps {1 << below} ranks hold the tensor and "
+                                  f"{n - (1 << below)} still wait: one more step, ⌈log2 N⌉ = "
+                                  f"{steps} in all."),
+                  Slip(math.log2(n) * s, f"log2 {n} is not a whole number of steps: a step "
+                                         f"either happens or not, so round up to ⌈log2 N⌉ = "
+                                         f"{steps}.")]
+    return slips
 
 
-@exercise(
-    "07.3", "why fusion saves memory passes", kind="choice",
-    hints=("You counted the bytes: fused and unfused send exactly the same. The saving is not on "
-           "the wire. Where does the summed row live between the reduction and the norm?",
-           "Unfused, the all-reduce writes the sum to memory and LayerNorm reads it back, on every "
-           "rank, for every row. Fused, one kernel adds and normalises while the row is still in "
-           "cache — for how many of the rows?"),
-    solution="""b: the fused kernel reads acc and incoming once, sums them into a row that stays in
-cache for the mean and variance, and writes the normalised row once. Unfused, the sum is written to
-memory by the all-reduce and read back (twice, by a two-pass NumPy norm) — and every rank does it
-for every row, instead of 1/N of them. The bytes on the wire are the same (a).""",
-    key="""from allreduce_edu.exercises.lesson07 import check_fusion_answer, hint, solution
+def _root_success(n: int, s: int) -> str:
+    steps = (n - 1).bit_length()
+    return (f"{steps * s} bytes = ⌈log2 {n}⌉ · S = {steps} × {s}: rank 0 only receives in the "
+            f"reduce, then sends the whole tensor once per broadcast step. A ring sends "
+            f"2(N−1)/N·S = {2 * (n - 1) / n * s:.0f} per rank — less, but in {2 * (n - 1)} steps "
+            f"instead of {2 * steps}.")
 
-check_fusion_answer("b")""")
-def check_fusion_answer(choice: str) -> Feedback:
-    """Exercise 07.3: why does fusing the norm into the reduce-scatter save memory passes?
-    (a, b, c or d)"""
-    answers = {
-        "a": "no: you counted them — fused, unfused and the ring all-reduce send exactly the same "
-             "bytes, 2(N−1)/N·S per rank. Fusion saves memory traffic and compute, not wire "
-             "traffic.",
-        "b": "",
-        "c": "no: the number of passes has nothing to do with the dtype; the kernel keeps its "
-             "statistics in float64 either way. Think about where the summed row lives between "
-             "the reduction and the norm.",
-        "d": "no: there is no GPU here; Numba compiles for the CPU. The saving is in reads and "
-             "writes of memory.",
-    }
-    success = ("the fused kernel reads acc and incoming once, keeps the summed row in cache for "
-               "the mean and the variance, and writes the normalised row once — the sum never "
-               "makes a round trip through memory, and each rank touches 1/N of the rows.")
-    return multiple_choice(choice, answers, right="b", success=success)
+
+check_fusion_answer = choice(
+    "07.3", "LayerNorm work per rank when N doubles", module=__name__,
+    checker="check_fusion_answer",
+    question="The same (rows, hidden) activations go from N = 8 to N = 16 ranks. How does each "
+             "rank's LayerNorm work change in the unfused variant and in the fused ring?",
+    options={
+        "a": "both halve: the norm follows the chunks, and the chunks halve.",
+        "b": "neither changes: LayerNorm's work is rows × hidden, whatever N is.",
+        "c": "unfused unchanged, fused halved: only the fused ring splits rows.",
+        "d": "fused doubles: each rank adds twice as many partials before it.",
+    },
+    right="c",
+    slips={
+        "a": "the unfused variant normalises after its all-reduce has finished, on the whole "
+             "(rows, hidden) array that every rank now holds: chunks play no part.",
+        "b": "that is the total work of one LayerNorm. Who does it? In the unfused variant every "
+             "rank does all of it; in the fused ring each rank its own rows.",
+        "d": "a rank's reduce-scatter adds N − 1 partials of 1/N of the rows, about one buffer "
+             "whatever N is; and it normalises only its own 1/N of the rows.",
+    },
+    why="the unfused variant all-reduces, then every rank normalises every row: the same work at "
+        "any N, done N times over. The fused ring normalises each row once, on the rank that "
+        "finishes its sum, inside the last reduce step: 1/N of the rows each, halved when N "
+        "doubles — and the normalised rows are what the all-gather sends.",
+    hints=("After an unfused all-reduce, which rows does each rank normalise?",
+           "In the fused ring, a rank normalises the rows whose sum it finishes. What fraction "
+           "of the rows is that, at N = 8 and at N = 16?"))

@@ -16,8 +16,9 @@ from ..training import (
     shard,
     train_single,
 )
-from .feedback import Feedback, failed, multiple_choice, passed
+from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
+from .spec import Blank, Slip, choice, number
 
 AVERAGE_SOLUTION = """def average_gradients(comm, grads):
     # one sum all-reduce per gradient, then one division; allreduce returns a new array
@@ -78,11 +79,13 @@ def _raised_hint(e: BaseException) -> str:
     solution=AVERAGE_SOLUTION,
     explanation="One all-reduce per tensor, then one division: a new list (allreduce never changes "
                 "its input).",
-    hints=("grads is a list of arrays of different shapes: all-reduce each one on its own. "
-           "allreduce_edu.allreduce(comm, g, op=\"sum\") returns a new array, the sum over all "
-           "ranks; it does not change g.",
-           "The average is that sum divided by comm.world_size. Build and return a new list with "
-           "[... for g in grads]: `g = ...` inside a for loop does not change the list."),
+    hints=('grads is a list of arrays of different shapes: all-reduce each one on its own.',
+           'allreduce_edu.allreduce(comm, g, op="sum") returns a new array, the sum over all '
+           'ranks; it does not change g. Build a new list: `g = ...` inside a for loop does not '
+           'change the list.',
+           'The key idea: each rank saw a different slice of the batch, so the full-batch gradient'
+           " is the average of the ranks' gradients — the sum over ranks divided by the number of "
+           'ranks, the same on every rank.'),
     key="""from allreduce_edu.exercises.lesson08 import check_average_gradients, hint, solution
 
 """ + AVERAGE_SOLUTION + """
@@ -173,22 +176,26 @@ def messages_per_step(tensors: int, world_size: int, bucket_bytes: int | None) -
         return cluster.trace.messages_sent().get(0, 0)
 
 
-def _whole(value):
-    """An int for a whole number of messages (5 or 5.0), else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)) and float(value).is_integer():
-        return int(value)
-    return None
-
-
-@exercise(
-    "08.2", "count the messages, per tensor and bucketed", kind="number",
-    answers=("per_tensor", "one_bucket"),
-    todo="replace both None with numbers of messages (per tensor, then one bucket), then run this "
-         "cell again.",
+check_message_prediction = number(
+    "08.2", "count the messages, per tensor and bucketed", module=__name__,
+    checker="check_message_prediction",
+    question="A model has 10 gradient tensors and trains on N = 8 ranks with ring all-reduce. How "
+             "many messages does rank 0 send per step (a) with one all-reduce per tensor, (b) "
+             "with all ten in one bucket? The checker also counts them in a real trace.",
+    blanks=(Blank("my_per_tensor", "messages rank 0 sends per step, one all-reduce per tensor",
+                  "10 * 2 * (8 - 1)"),
+            Blank("my_one_bucket", "messages rank 0 sends per step, all ten tensors in one "
+                  "bucket", "2 * (8 - 1)")),
+    inputs={"tensors": 10, "world_size": 8}, call="tensors=10, world_size=8", unit="messages",
+    exact=True,
+    answer=lambda d: {"per_tensor": d.tensors * 2 * (d.world_size - 1),
+                      "one_bucket": 2 * (d.world_size - 1)},
+    slips=lambda d: _message_slips(d.tensors, d.world_size),
+    otherwise=lambda d, name, got: (
+        f"count the messages of one ring all-reduce on {d.world_size} ranks (lesson 03), then "
+        f"multiply by the {d.tensors} tensors." if name == "per_tensor" else
+        f"a bucket is one ring all-reduce on {d.world_size} ranks."),
+    success=lambda d: _message_success(d.tensors, d.world_size),
     hints=("Count one ring all-reduce first (lesson 03): N − 1 reduce-scatter steps and N − 1 "
            "all-gather steps, and in every step every rank sends one message.",
            "One all-reduce per tensor is 10 all-reduces every step; one bucket is a single "
@@ -197,74 +204,59 @@ def _whole(value):
 step every rank sends one message. So one all-reduce costs each rank 2(N-1) messages, whatever its
 size.
 Per tensor: tensors · 2(N-1) = 10 · 2 · 7 = 140 messages per step from rank 0.
-One bucket: one all-reduce, 2(N-1) = 14 messages per step.""",
-    key="""from allreduce_edu.exercises.lesson08 import check_message_prediction, hint, solution
+One bucket: one all-reduce, 2(N-1) = 14 messages per step.""")
 
-my_per_tensor = 10 * 2 * (8 - 1)   # 10 all-reduces, each 2(N − 1) messages from every rank
-my_one_bucket = 2 * (8 - 1)        # one all-reduce, whatever the bucket holds
-check_message_prediction(my_per_tensor, my_one_bucket, tensors=10, world_size=8)""")
-def check_message_prediction(per_tensor, one_bucket, tensors: int = 10,
-                             world_size: int = 8) -> Feedback:
-    """Exercise 08.2: messages rank 0 sends per step with ring all-reduce, one per tensor vs one
-    bucket."""
-    n, t = world_size, tensors
-    want_per_tensor, want_bucket = t * 2 * (n - 1), 2 * (n - 1)
-    for name, got in (("per_tensor", per_tensor), ("one_bucket", one_bucket)):
-        if _whole(got) is None or _whole(got) < 0:
-            return failed(f"{name} must be a whole number of messages, got {got!r}.")
-    per_tensor, one_bucket = _whole(per_tensor), _whole(one_bucket)
-    if per_tensor != want_per_tensor:
-        if per_tensor == t * (n - 1):
-            return failed("per_tensor counts one phase only: the ring is N-1 reduce-scatter steps "
-                          "AND N-1 all-gather steps, one message per step each.")
-        if per_tensor == t * 2 * (n - 1) * n:
-            return failed("per_tensor counts every rank's messages; the question asks for rank 0's "
-                          "alone.")
-        if per_tensor in (t * 2 * n, t * n):
-            return failed("a ring phase has N-1 steps, not N: a rank never sends to itself.")
-        if per_tensor == want_bucket:
-            return failed(f"that is one all-reduce; one per tensor means {t} all-reduces every "
-                          f"step.")
-        return failed(f"per_tensor: count the messages of one ring all-reduce on {n} ranks "
-                      f"(lesson 03), then multiply by the {t} tensors.")
-    if one_bucket != want_bucket:
-        if one_bucket == per_tensor:
-            return failed("one bucket is ONE all-reduce, whatever it holds: it pays the 2(N-1) "
-                          "messages once.")
-        if one_bucket in (1, 2, n - 1):
-            return failed("one all-reduce on the ring is still N-1 reduce-scatter steps and N-1 "
-                          "all-gather steps.")
-        return failed(f"one_bucket: a bucket is one ring all-reduce on {n} ranks.")
+
+def _message_slips(t: int, n: int) -> list:
+    return [
+        Slip(t * (n - 1), "that counts one phase only: the ring is N − 1 reduce-scatter steps "
+                          "and N − 1 all-gather steps, one message per step each.", "per_tensor"),
+        Slip(t * 2 * (n - 1) * n, "that counts every rank's messages; the question asks for rank "
+                                  "0's alone.", "per_tensor"),
+        Slip(t * 2 * n, "a ring phase has N − 1 steps, not N: a rank never sends to itself.",
+             "per_tensor"),
+        Slip(t * n, "a ring phase has N − 1 steps, not N: a rank never sends to itself.",
+             "per_tensor"),
+        Slip(2 * (n - 1), f"that is one all-reduce; one per tensor means {t} all-reduces every "
+                          f"step.", "per_tensor"),
+        Slip(t * 2 * (n - 1), "one bucket is ONE all-reduce, whatever it holds: it pays the "
+                              "2(N − 1) messages once.", "one_bucket"),
+        *[Slip(k, "one all-reduce on the ring is still N − 1 reduce-scatter steps and N − 1 "
+                  "all-gather steps.", "one_bucket") for k in (1, 2, n - 1)],
+    ]
+
+
+def _message_success(t: int, n: int) -> str:
     counted = (messages_per_step(t, n, None), messages_per_step(t, n, 1 << 20))
-    return passed(f"{want_per_tensor} and {want_bucket}; the trace of a real step on {n} ranks "
-                  f"counts {counted[0]} and {counted[1]}. Bucketing divides the α cost by {t}.")
+    return (f"{t * 2 * (n - 1)} and {2 * (n - 1)}; the trace of a real step on {n} ranks counts "
+            f"{counted[0]} and {counted[1]}. Bucketing divides the α cost by {t}.")
 
 
-@exercise(
-    "08.3", "why bucketing helps small tensors only", kind="choice",
-    hints=("Write one all-reduce's time with the α-β model: 2(N − 1)·α + 2(N − 1)/N·S·β. Which "
-           "of the two terms does bucketing change?",
-           "Bucketing turns T all-reduces into one: it saves (T − 1)·2(N − 1)·α and sends the same "
-           "bytes. When is α most of an all-reduce's time?"),
-    solution="""b: every all-reduce pays the fixed latency 2(N-1)·α once, whatever it carries. Small
-tensors are all latency, so putting T of them in one bucket saves (T-1)·2(N-1)·α. Big tensors are
-all bytes: the ring's 2(N-1)/N·S·β is the same whether S travels in one all-reduce or in many, so
-there is little left to save.""",
-    key="""from allreduce_edu.exercises.lesson08 import check_bucketing_answer, hint, solution
-
-check_bucketing_answer("b")""")
-def check_bucketing_answer(choice: str) -> Feedback:
-    """Exercise 08.3: why does bucketing help small tensors but not big ones? (a, b, c or d)"""
-    answers = {
-        "a": "no: a bucket is split into N chunks by the ring just as a big tensor is. The "
-             "question is what a message costs: look at where α and β enter the model.",
-        "b": "",
-        "c": "no: a bucket holds exactly the same bytes as the tensors in it (count them with "
-             "trace.bytes_sent()); nothing is compressed.",
-        "d": "no: a tensor bigger than the cap goes into a bucket of its own and is all-reduced "
-             "like any other.",
-    }
-    success = ("each all-reduce pays 2(N-1)·α once; small tensors are all α, so one bucket saves "
-               "(T-1)·2(N-1)·α, while big ones are all bytes — 2(N-1)/N·S·β — and bytes are not "
-               "saved.")
-    return multiple_choice(choice, answers, right="b", success=success)
+check_bucketing_answer = choice(
+    "08.3", "bucketing on a lower-latency network", module=__name__,
+    checker="check_bucketing_answer",
+    question="You move the same MLP and the same buckets to a network whose α is ten times "
+             "smaller, with the same β. Compared with before, bucketing its small tensors saves",
+    options={
+        "a": "more time: buckets send big messages, and big messages gain the most.",
+        "b": "less time: the 2(N − 1)·α it saves per tensor is ten times smaller.",
+        "c": "the same time: it saves the same number of messages as before.",
+        "d": "no time at all: with a small α every small tensor is bandwidth-bound.",
+    },
+    right="b",
+    slips={
+        "a": "a bucket sends the same bytes the separate tensors would; its gain is the α of the "
+             "all-reduces it avoids. What happened to α?",
+        "c": "the count of saved messages is the same, but what is each one worth now? A "
+             "message's fixed cost is α.",
+        "d": "smaller α moves the point where bytes take over, α/β, down tenfold; tensors below "
+             "the new α/β are still latency-bound, and bucketing still helps them.",
+    },
+    why="bucketing k tensors into one all-reduce saves (k − 1) all-reduces' fixed cost, "
+        "2(N − 1)·α each, and sends the same bytes. Cut α tenfold and the saving falls tenfold: "
+        "the faster the network's latency, the bigger a tensor must be before bucketing stops "
+        "mattering — lower, not higher.",
+    hints=("Bucketing changes how many all-reduces run, not how many bytes they send. What does "
+           "each all-reduce cost apart from its bytes?",
+           "The saving is (number of all-reduces avoided) × 2(N − 1)·α. What happens to it when "
+           "α is ten times smaller?"))

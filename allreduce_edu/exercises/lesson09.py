@@ -12,8 +12,9 @@ from ..comm.links import Links
 from ..costmodel import predict, predict_on_links
 from ..runtime import Cluster, missing, run_on_engine, ship
 from .engine_check import RingFailed, explain_failure, first_problem, ring_on_rank, with_prefix
-from .feedback import Feedback, failed, multiple_choice, passed
+from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
+from .spec import Blank, Slip, choice, names, number
 from .torch_names import TORCH_NAMES, names_cell, torch_name
 
 FIXED_SOLUTION = """def fixed_ring(comm, x):
@@ -34,6 +35,8 @@ SCENARIO = {"nodes": 3, "ranks_per_node": 4, "nbytes": 256 << 20,
             "intra": (5e-6, 1 / 200e9), "inter": (20e-6, 1 / 25e9)}  # NVLink-like, InfiniBand
 
 BUILTIN = {"gloo": "torch.distributed.all_reduce", "mpi": "MPI_Allreduce"}
+NEEDS = {"gloo": "needs torch: pip install -e '.[torch]'",
+         "mpi": "needs mpi4py and mpirun: pip install -e '.[mpi]'"}
 
 
 @exercise(
@@ -43,16 +46,15 @@ BUILTIN = {"gloo": "torch.distributed.all_reduce", "mpi": "MPI_Allreduce"}
 by 3); a copy, since reshape and array_split return views and += would write into x; sendrecv
 instead of send then recv, since a send on gloo (and on MPI above its eager limit) returns only
 once the receiver has taken the message.""",
-    hints=("There are three things to fix: the chunks (every size must work), the input (x must "
-           "stay as it was) and the messages (no send may wait forever). The checker names them "
-           "one at a time; fix the one it names.",
-           "x.reshape(n, -1) needs the size to divide by N, and it is a view of x, so += on a "
-           "chunk writes into the caller's x. Cut a copy instead: np.array_split(x.reshape(-1)"
-           ".copy(), n), and join the chunks at the end with np.concatenate(...).reshape(x.shape).",
-           "On gloo, comm.send returns only once the receiver has taken the message, and in a "
-           "ring every rank sends first. Send and receive at once: chunks[into] += "
-           "comm.sendrecv(right, chunks[out], left, tag=\"rs\"), with right = (rank + 1) % n and "
-           "left = (rank − 1) % n; the same in the all-gather, with = instead of +=."),
+    hints=('There are three things to fix: the chunks (every size must work), the input (x must '
+           'stay as it was) and the messages (no send may wait forever). The checker names them '
+           'one at a time; fix the one it names.',
+           'x.reshape(n, -1) needs the size to divide by N, and it is a view of x, so += on a '
+           "chunk writes into the caller's x. Cut a copy with np.array_split instead, and join the"
+           ' chunks at the end.',
+           'The key idea for the last fix: on gloo and MPI a send may wait until the receiver '
+           'takes it, and in a ring every rank sends first, so all wait. Send and receive in one '
+           'call, which never deadlocks, in both phases.'),
     key="""from allreduce_edu.exercises.lesson09 import check_ring_on_engine, hint, solution
 
 """ + FIXED_SOLUTION + """
@@ -88,35 +90,25 @@ def check_ring_on_engine(fn, engine: str = "gloo", world_sizes=(3, 5), sizes=(10
         used |= {m for rows in per_rank for row in rows for m in row["used"]}
     counts = " and ".join(map(str, world_sizes))
     elements = " and ".join(f"{s:,}" for s in sizes)
-    if why:
+    if why:  # not a verdict on gloo: ⚠, and not counted as a try
         caution = (" You use comm.send: if every rank sends before it receives, this deadlocks on "
                    "gloo (and on MPI above its eager limit); comm.sendrecv cannot."
                    if "send" in used else "")
-        return passed(prefix + f"Your ring matches NumPy on {counts} gRPC ranks for {elements} "
-                      f"elements and leaves x unchanged.{caution} Install the engine to run it "
-                      f"there.")
+        return Feedback(False, f"{NEEDS[engine]} ({why}), then restart the kernel and run this "
+                               f"cell again. Meanwhile your ring matches NumPy on {counts} gRPC "
+                               f"ranks for {elements} elements and leaves x unchanged.{caution}",
+                        "check failed")
     return passed(f"your ring gives exactly what {engine}'s own all-reduce ({BUILTIN[engine]}) "
                   f"gives on {counts} {engine} processes, for {elements} elements, and leaves x "
                   f"unchanged: one function, any engine.")
 
 
-@exercise(
-    "09.2", "our names in torch.distributed", kind="names",
-    hints=("Every answer is in the torch.distributed column of the table above; a \"dist.\" "
-           "prefix and \"()\" are fine.",
-           "Two catch most people out: the rank and the world size are functions there (get_rank, "
-           "get_world_size), and there is no single sendrecv call: batch_isend_irecv posts an "
-           "isend and an irecv together."),
-    solution="{\n" + "".join(f"    {k!r}: {v[0]!r},\n" for k, v in TORCH_NAMES.items()) + "}",
-    key="""from allreduce_edu.exercises.lesson09 import check_torch_names, hint, solution
-
-""" + names_cell(lambda theirs: f"dist.{theirs[0]}") + """
-check_torch_names(my_names)""")
-def check_torch_names(answer: dict) -> Feedback:
-    """Exercise 09.2: for each of our names, torch.distributed's."""
-    if not isinstance(answer, dict):
-        return failed("answer with a dict {our name: torch.distributed's name}.")
-    hints = {
+check_torch_names = names(
+    "09.2", "our names in torch.distributed", module=__name__, checker="check_torch_names",
+    question="Fill in torch.distributed's name for each of ours (use the table above; `dist.` "
+             "prefixes and `()` are fine).",
+    table=TORCH_NAMES, normalise=torch_name, key_value=lambda theirs: f"dist.{theirs[0]}",
+    slips={
         ("rank", "rank"): "in torch.distributed the rank is a function of the process group: "
                           "get_rank().",
         ("world_size", "world_size"): "in torch.distributed it is a function: get_world_size().",
@@ -131,24 +123,17 @@ def check_torch_names(answer: dict) -> Feedback:
                           "reads).",
         ('op="sum"', "sum"): "ops are members of an enum there: ReduceOp.SUM.",
         ('op="sum"', "SUM"): "SUM lives in an enum: ReduceOp.SUM.",
-    }
-    todo = []
-    for ours, theirs in TORCH_NAMES.items():
-        if ours not in answer:
-            return failed(f"your dict has no entry for {ours!r}; fill in every key of the table.")
-        got = torch_name(answer[ours])
-        if got in ("", "?"):
-            todo.append(ours)
-        elif got not in theirs:
-            return failed(f"{ours}: {answer[ours]!r} is not it. " + hints.get(
-                (ours, got), f"Look for {ours!r} in the table above (torch.distributed column)."))
-    if todo:
-        return failed(f"the names you filled in are right, but {len(todo)} of the "
-                      f"{len(TORCH_NAMES)} are still \"?\", the first {todo[0]!r}: fill in every "
-                      f"one (the torch.distributed column of the table above).")
-    return passed(f"all {len(TORCH_NAMES)} names right. A script written against comm.sendrecv, "
-                  f"allreduce and friends reads like one written against torch.distributed, and "
-                  f"vice versa.")
+    },
+    fallback=lambda ours, got: f"Look for {ours!r} in the table above (torch.distributed "
+                               f"column).",
+    success=f"all {len(TORCH_NAMES)} names right. A script written against comm.sendrecv, "
+            f"allreduce and friends reads like one written against torch.distributed, and vice "
+            f"versa.",
+    hints=("Every answer is in the torch.distributed column of the table above; a \"dist.\" "
+           "prefix and \"()\" are fine.",
+           "Two catch most people out: the rank and the world size are functions there (get_rank, "
+           "get_world_size), and there is no single sendrecv call: batch_isend_irecv posts an "
+           "isend and an irecv together."))
 
 
 def scenario_seconds(algorithm: str) -> float:
@@ -158,13 +143,31 @@ def scenario_seconds(algorithm: str) -> float:
     return predict_on_links(algorithm, s["nodes"] * s["ranks_per_node"], s["nbytes"], links)
 
 
-@exercise(
-    "09.3", "predict ring and hierarchical across nodes", kind="number",
-    answers=("ring", "hierarchical"),
-    todo="replace both None with seconds (the flat ring, then the hierarchical all-reduce), then "
-         "run this cell again.",
+check_hierarchical_prediction = number(
+    "09.3", "predict ring and hierarchical across nodes", module=__name__,
+    checker="check_hierarchical_prediction",
+    question="A cluster of 3 nodes with 4 GPUs each (N = 12, L = 4, M = 3): inside a node α = "
+             "5 µs and 1/β = 200 GB/s; between nodes α = 20 µs and 1/β = 25 GB/s. How many "
+             "**seconds** does the α-β model give for a flat ring and for the hierarchical "
+             "all-reduce of S = 256 MiB? Work it out from the formulas (the ring waits for its "
+             "slowest hop in every step); no `predict_on_links` call.",
+    setup="S = 256 * 2**20\na_intra, b_intra, a_inter, b_inter = 5e-6, 1 / 200e9, 20e-6, 1 / 25e9",
+    blanks=(Blank("my_ring", "seconds: a flat ring over both nodes, from the formula",
+                  "2 * 11 * a_inter + 2 * 11 / 12 * S * b_inter"),
+            Blank("my_hierarchical", "seconds: the hierarchical all-reduce, from the formulas",
+                  "(2 * 3 * a_intra + 2 * 3 / 4 * S * b_intra\n"
+                  "                   + 2 * 2 * a_inter + 2 * 2 / 3 * (S / 4) * b_inter)")),
+    unit="seconds",
+    answer=lambda d: {"ring": scenario_seconds("ring"),
+                      "hierarchical": scenario_seconds("hierarchical")},
+    slips=lambda d: _hierarchical_slips(),
+    otherwise=lambda d, name, got: (
+        f"off by a factor {got / scenario_seconds(name):.2f}; see the formulas in "
+        f"allreduce_edu/costmodel.py: ring_on_links and hierarchical_on_links."),
+    success=lambda d: _hierarchical_success(),
     hints=("The flat ring crosses between the nodes in every step, and a step waits for its "
-           "slowest hop: price all 2(N − 1) steps, each of S/N bytes, with the inter-node α and β.",
+           "slowest hop: price all 2(N − 1) steps, each of S/N bytes, with the inter-node α and "
+           "β.",
            "The hierarchical all-reduce is a ring of L = 4 inside each node on all S bytes (intra "
            "α and β), plus a ring of M = 3 across the nodes on S/L bytes (inter α and β): "
            "2(L−1)·α_intra + 2(L−1)/L·S·β_intra + 2(M−1)·α_inter + 2(M−1)/M·(S/L)·β_inter."),
@@ -176,94 +179,66 @@ hierarchical: a ring of L in the node on S, then a ring of M across nodes on S/L
     = 6·5 µs + 1.5·S/200 GB/s + 4·20 µs + 1.33·(S/4)/25 GB/s ≈ 2.0 ms + 3.7 ms ≈ 5.7 ms
     (3.5× faster)
     predict_on_links("ring" / "hierarchical", 12, S, Links.two_level(4, intra, inter))
-    computes both.""",
-    key="""
-from allreduce_edu.exercises.lesson09 import check_hierarchical_prediction, hint, solution
+    computes both.""")
 
-S = 256 * 2**20
-a_intra, b_intra, a_inter, b_inter = 5e-6, 1 / 200e9, 20e-6, 1 / 25e9
-my_ring = 2 * 11 * a_inter + 2 * 11 / 12 * S * b_inter   # every step waits for an inter-node hop
-my_hierarchical = (2 * 3 * a_intra + 2 * 3 / 4 * S * b_intra          # a ring of 4 in a node, S
-                   + 2 * 2 * a_inter + 2 * 2 / 3 * (S / 4) * b_inter)  # a ring of 3 nodes, S/L
-check_hierarchical_prediction(my_ring, my_hierarchical)""")
-def check_hierarchical_prediction(ring: float, hierarchical: float,
-                                  tolerance: float = 0.03) -> Feedback:
-    """Exercise 09.3: the model's seconds for ring and hierarchical all-reduce on SCENARIO's
-    cluster."""
+
+def _hierarchical_slips() -> list:
     s = SCENARIO
     size, nodes, big = s["ranks_per_node"], s["nodes"], s["nbytes"]
     n = nodes * size
     (a_in, b_in), (a_out, b_out) = s["intra"], s["inter"]
-    want = {"ring": scenario_seconds("ring"), "hierarchical": scenario_seconds("hierarchical")}
-
-    def near(x, target):
-        return abs(x - target) <= tolerance * target
-
-    ring_hints = [
-        (predict("ring", n, big, a_in, b_in),
-         "that is a ring on the fast intra-node links only; a ring over two nodes has two hops "
-         "between nodes, and every step waits for its slowest hop: use the inter-node α and β."),
-        (predict("ring", n, big, a_out, b_out) * 1e3, "that looks like milliseconds: answer in "
-                                                      "seconds."),
-        (2 * (n - 1) * (a_out + big * b_out), "each ring step sends one chunk, S/N bytes, not the "
-                                              "whole S."),
+    return [
+        Slip(predict("ring", n, big, a_in, b_in), "that is a ring on the fast intra-node links "
+             "only; a ring over two nodes has two hops between nodes, and every step waits for "
+             "its slowest hop: use the inter-node α and β.", "ring"),
+        Slip(scenario_seconds("ring") * 1e3, "that looks like milliseconds: answer in seconds.",
+             "ring"),
+        Slip(2 * (n - 1) * (a_out + big * b_out), "each ring step sends one chunk, S/N bytes, not "
+             "the whole S.", "ring"),
+        Slip(predict("ring", size, big, a_in, b_in) + predict("ring", nodes, big, a_out, b_out),
+             "across the nodes each rank all-reduces only its piece, S/L bytes, not the whole S.",
+             "hierarchical"),
+        Slip(predict("ring", size, big, a_in, b_in) + predict("ring", n, big / size, a_out, b_out),
+             "the inter-node ring has one rank per node: M = N/L ranks, not N.", "hierarchical"),
+        Slip(predict("ring", nodes, big / size, a_out, b_out), "that is the inter-node phase "
+             "alone: add the intra-node reduce-scatter and all-gather, a ring of L ranks on S.",
+             "hierarchical"),
+        Slip(scenario_seconds("hierarchical") * 1e3, "that looks like milliseconds: answer in "
+             "seconds.", "hierarchical"),
     ]
-    hier_hints = [
-        (predict("ring", size, big, a_in, b_in) + predict("ring", nodes, big, a_out, b_out),
-         "across the nodes each rank all-reduces only its piece, S/L bytes, not the whole S."),
-        (predict("ring", size, big, a_in, b_in) + predict("ring", n, big / size, a_out, b_out),
-         "the inter-node ring has one rank per node: M = N/L ranks, not N."),
-        (predict("ring", nodes, big / size, a_out, b_out),
-         "that is the inter-node phase alone: add the intra-node reduce-scatter and all-gather, a "
-         "ring of L ranks on S."),
-        (want["hierarchical"] * 1e3, "that looks like milliseconds: answer in seconds."),
-    ]
-    for name, got, hints in (("ring", ring, ring_hints),
-                             ("hierarchical", hierarchical, hier_hints)):
-        try:
-            got = float(got)
-        except (TypeError, ValueError):
-            return failed(f"{name}: answer with a number of seconds.")
-        if near(got, want[name]):
-            continue
-        for value, text in hints:
-            if near(got, value):
-                return failed(f"{name}: {got:.4g} s — {text}")
-        return failed(f"{name}: {got:.4g} s is off by a factor {got / want[name]:.2f}; see the "
-                      f"formulas in allreduce_edu/costmodel.py: ring_on_links and "
-                      f"hierarchical_on_links (predict_on_links(algorithm, world_size, nbytes, "
-                      f"links) computes them).")
-    speedup = want["ring"] / want["hierarchical"]
-    return passed(f"ring {want['ring'] * 1e3:.1f} ms, hierarchical "
-                  f"{want['hierarchical'] * 1e3:.1f} ms: {speedup:.1f}× faster. Only S/L per rank "
-                  f"crosses the slow link, in a ring of M = {nodes} instead of N = {n}.")
 
 
-@exercise(
-    "09.4", "what in-network reduction saves", kind="choice",
-    hints=("The switch still adds every element, so the arithmetic is not what is saved. What "
-           "changes in what each rank sends, and in how often the data goes around?",
-           "Each rank sends its S bytes up the switch once and gets the finished S back once. "
-           "Compare that with the ring's 2(N − 1)/N·S each way, over 2(N − 1) steps."),
-    solution="""b: the switch adds the data as it passes through, so each rank sends its S bytes up
-once and receives the finished S once: S per rank instead of the ring's 2(N-1)/N·S, about half for
-large N, and a few hops of latency (up and down the switch tree) instead of 2(N-1) steps. The
-additions still happen, in the switch.""",
-    key="""from allreduce_edu.exercises.lesson09 import check_in_network_answer, hint, solution
+def _hierarchical_success() -> str:
+    ring, hierarchical = scenario_seconds("ring"), scenario_seconds("hierarchical")
+    return (f"ring {ring * 1e3:.1f} ms, hierarchical {hierarchical * 1e3:.1f} ms: "
+            f"{ring / hierarchical:.1f}× faster. Only S/L per rank crosses the slow link, in a "
+            f"ring of M = {SCENARIO['nodes']} instead of N = "
+            f"{SCENARIO['nodes'] * SCENARIO['ranks_per_node']}.")
 
-check_in_network_answer("b")""")
-def check_in_network_answer(choice: str) -> Feedback:
-    """Exercise 09.4: what in-network reduction (SHARP, NVLink SHARP) saves (a, b, c or d)."""
-    answers = {
-        "a": "no: the switch still adds every element; it saves the trips, not the work. What "
-             "does each rank send?",
-        "b": "",
-        "c": "no: floats added in the switch round like any other float additions; the order is "
-             "fixed by the switch tree, which makes results reproducible, not exact.",
-        "d": "no: each rank still receives the whole result, S bytes; what shrinks is what it "
-             "sends and how often data goes around.",
-    }
-    success = ("each rank sends S once and receives S once, instead of 2(N−1)/N·S each way in the "
-               "ring: about half the traffic, and a few switch hops of latency instead of 2(N−1) "
-               "steps.")
-    return multiple_choice(choice, answers, right="b", success=success)
+
+check_in_network_answer = choice(
+    "09.4", "in-network reduction on 2 ranks", module=__name__,
+    checker="check_in_network_answer",
+    question="In-network reduction (SHARP) lets the switch add: each rank sends S once and "
+             "receives S once. On N = 2 ranks, compared with a ring, each rank sends",
+    options={
+        "a": "half the bytes: the switch adds both buffers, so a rank sends S/2.",
+        "b": "about half: a ring rank sends about 2·S at any N, SHARP sends S.",
+        "c": "no bytes at all: the switch reads the ranks' memory by itself.",
+        "d": "the same bytes: at N = 2 a ring rank sends 2(N − 1)/N·S = S too.",
+    },
+    right="d",
+    slips={
+        "a": "each rank's S bytes must reach the switch before it can add them: a rank sends all "
+             "of S, once.",
+        "b": "2·S is the ring's limit for large N; the exact count is 2(N − 1)/N·S. Work it out "
+             "at N = 2.",
+        "c": "the bytes still leave each rank over its link (RDMA makes the copy cheap, not "
+             "free); SHARP sends them once, S per rank.",
+    },
+    why="a ring rank sends 2(N − 1)/N·S, which is S at N = 2 and grows toward 2·S: in-network "
+        "reduction halves the bytes only for large N. At N = 2 it still saves latency (one trip "
+        "through the switch instead of 2(N − 1) = 2 steps), and rounding order becomes the "
+        "switch's.",
+    hints=("Work out the ring's bytes per rank, 2(N − 1)/N·S, at N = 2.",
+           "With SHARP each rank sends its S bytes to the switch once. Compare the two numbers."))

@@ -4,7 +4,6 @@ predict ZeRO-2's memory (memory.zero_formula) and ZeRO-3's bytes per step."""
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 
 import cloudpickle
@@ -13,8 +12,9 @@ import numpy as np
 from ..collectives import all_gather, reduce_scatter
 from ..runtime import Cluster, ship
 from ..sharded.adam import adam
-from ..sharded.memory import zero_formula
 from .feedback import Feedback, failed, passed
+from .harness import failed_rank
+from .lesson11_questions import check_zero2_bytes, check_zero3_traffic  # noqa: F401
 from .registry import exercise, hint, solution  # noqa: F401 - notebook
 
 ZERO1_SOLUTION = """def my_zero1_step(comm, weights, grad, m, v, step, lr):
@@ -78,11 +78,11 @@ TIPS = (  # (words in "ErrorType: message", what usually causes it)
 
 def _raised(e: BaseException) -> str:
     """One sentence on an exception from the learner's ranks, with what usually causes it."""
-    where = re.search(r"raised on rank (\d+)", " ".join(getattr(e, "__notes__", [])))
+    rank = failed_rank(e)
     kind, text = type(e).__name__, str(e).split("\n")[0].strip()[:300]
     tip = next((tip for words, tip in TIPS if any(w in f"{kind}: {text}" for w in words)),
                "run it on Cluster(4, \"local\") with small float32 arrays to read the traceback.")
-    return (f"your my_zero1_step raised {kind} on {f'rank {where[1]}' if where else 'a rank'}: "
+    return (f"your my_zero1_step raised {kind} on {'a rank' if rank is None else f'rank {rank}'}: "
             f"{text} — {tip}")
 
 
@@ -150,13 +150,14 @@ def _traffic_problem(sent: dict, length: int, n: int, rank: int, step: int) -> s
     needs={"reduce_scatter": reduce_scatter, "all_gather": all_gather, "adam": adam},
     explanation="""Data parallel's all-reduce cut in its two halves, Adam in between: the same
 bytes, 2(N−1)/N·S per rank, and 1/N of the optimizer state on each rank.""",
-    hints=("Three lines do the work: reduce_scatter(comm, grad) gives this rank shard r of the "
-           "gradient summed over all ranks (pieces of len(weights) // N, in rank order).",
-           "This rank's shard of the weights is weights[r * size:(r + 1) * size] with "
-           "size = len(weights) // comm.world_size. Copy it, then adam(shard, g, m, v, step, "
-           "lr): it updates shard, m and v in place and returns None.",
-           "return all_gather(comm, shard): every rank's updated shard, joined in rank order, is "
-           "the new full weights on every rank."),
+    hints=("Three collectives' worth of work: reduce_scatter(comm, grad) gives this rank shard r "
+           'of the gradient summed over all ranks (pieces of len(weights) // N, in rank order).',
+           "This rank's shard of the weights is weights[r * size:(r + 1) * size] with size = "
+           'len(weights) // comm.world_size. Copy it, then adam(shard, g, m, v, step, lr): it '
+           'updates shard, m and v in place and returns None.',
+           'The key idea: each rank updates only its own shard, with its own shard of the '
+           'optimiser state, then the ranks all-gather the updated shards — in rank order, that is'
+           ' the new full weights on every rank.'),
     key="""from allreduce_edu import all_gather, reduce_scatter
 from allreduce_edu.exercises.lesson11 import check_zero1_step, hint, solution
 from allreduce_edu.sharded.adam import adam
@@ -204,95 +205,3 @@ def check_zero1_step(fn, world_size: int = 4, length: int = 80, steps: int = 3, 
                   f"all-reduce + Adam on the full weights, with m and v for {size} of the {length} "
                   f"weights per rank. Rank 0 sent {2 * u} bytes per step: reduce-scatter {u} + "
                   f"all-gather {u} = 2(N−1)/N·S, an all-reduce's bytes.")
-
-
-def _verdict(answer, want: float, success: str, wrong: list, off: str) -> Feedback:
-    """A number of bytes: `success` within 0.5% of `want`, else the first `wrong` value it hits."""
-    if not isinstance(answer, (int, float, np.integer, np.floating)) or answer < 0:
-        return failed("answer with a number of bytes (0 or more).")
-    close = lambda x: abs(answer - x) <= 0.005 * x  # noqa: E731
-    if close(want):
-        return passed(success)
-    wrong = [(want / 1e9, "that looks like GB: answer in bytes."), *wrong]
-    why = next((why for value, why in wrong if close(value)), None)
-    return failed(why or f"off by ×{answer / want:.3g}. {off}")
-
-
-@exercise(
-    "11.2", "ZeRO-2's bytes per rank", kind="number",
-    todo="replace None with the bytes of model states one rank holds (a number or an expression "
-         "of psi, N and K), then run this cell again.",
-    hints=("Count three parts: parameters, gradients, optimizer states. In mixed precision the "
-           "parameters and gradients are fp16 (2 bytes each) and Adam keeps K = 12 bytes of fp32 "
-           "per parameter (master weights, m and v).",
-           "ZeRO-2 shards the optimizer states (stage 1) and the gradients (stage 2): each rank "
-           "keeps 1/N of those two, and all of the parameters."),
-    solution="""2Ψ + (2 + K)·Ψ/N = 2 × 1.5e9 + 14 × 1.5e9 / 8 = 3e9 + 2.625e9 = 5.625e9 bytes:
-all the fp16 parameters (2Ψ), and 1/N of the fp16 gradients (2Ψ/N) and of Adam's K = 12
-bytes of fp32 per parameter (KΨ/N). zero_formula("zero2", psi, N, "mixed") agrees.""",
-    key="""from allreduce_edu.exercises.lesson11 import check_zero2_bytes, hint, solution
-
-psi, N, K = 1.5e9, 8, 12   # parameters, ranks, Adam's bytes per parameter (mixed)
-my_bytes = 2 * psi + (2 + K) * psi / N   # all fp16 parameters; 1/N of the rest
-check_zero2_bytes(my_bytes, psi, N)""")
-def check_zero2_bytes(answer, psi: float = 1.5e9, world_size: int = 8) -> Feedback:
-    """Exercise 11.2: bytes of model states per rank under ZeRO-2, mixed precision, K = 12."""
-    n, gb = world_size, lambda x: f"{x / 1e9:.4g} GB"  # noqa: E731
-    want = sum(zero_formula("zero2", psi, n, "mixed").values())
-    return _verdict(answer, want, (
-        f"{want:,.0f} bytes = 2Ψ + (2 + K)Ψ/N, {gb(want)}: all the fp16 parameters "
-        f"({gb(2 * psi)}), 1/{n} of the gradients and of Adam's state. Data parallel holds "
-        f"{gb(16 * psi)}, ZeRO-1 {gb(4 * psi + 12 * psi / n)}, ZeRO-3 {gb(16 * psi / n)}."), [
-        (4 * psi + 12 * psi / n, "the gradients are not divided by N: 4Ψ + KΨ/N is ZeRO-1, which "
-         "shards only the optimizer states. ZeRO-2 keeps only its 1/N of the gradients too."),
-        (4 * psi + 16 * psi / n, "you counted 4-byte parameters and gradients: in mixed precision "
-         "they are fp16, 2 bytes each; the fp32 copy of the weights is one of the K = 12 bytes."),
-        (16 * psi, "that is data parallel's (2 + 2 + K)Ψ, nothing sharded. ZeRO-2 shards the "
-         "gradients and the optimizer states."),
-        (16 * psi / n, "that is ZeRO-3's (2 + 2 + K)Ψ/N. ZeRO-2 still keeps every parameter on "
-         "every rank: 2Ψ bytes of fp16."),
-        (14 * psi / n, "you left out the parameters: ZeRO-2 keeps all of them on every rank."),
-        (2 * psi + 2 * psi / n + 12 * psi, "the optimizer states are sharded too (stage 1; "
-         "stage 2 adds the gradients): KΨ/N."),
-        (2 * psi + 10 * psi / n, "K = 8 counts m and v alone; mixed precision adds the fp32 "
-         "master weights: K = 12."),
-    ], "Add the three parts one by one: parameters, gradients, optimizer states (hint(\"11.2\")).")
-
-
-@exercise(
-    "11.3", "ZeRO-3's bytes per step", kind="number",
-    todo="replace None with the bytes one rank sends per step (a number or an expression of "
-         "psi, N and b), then run this cell again.",
-    hints=("List one ZeRO-3 step's collectives. Forward needs each layer's full weights, which no "
-           "rank keeps; backward needs them again, after forward dropped them; the gradients end "
-           "up sharded.",
-           "Two all-gathers of the parameters (before forward, before backward) and one "
-           "reduce-scatter of the gradients. Each sends (N − 1)/N of the Ψ·b bytes it covers."),
-    solution="""3(N − 1)/N · Ψ · b = 3 × 7/8 × 1.5e9 × 2 = 7.875e9 bytes per rank per step:
-an all-gather of the fp16 parameters before forward, another before backward (forward
-dropped them), and a reduce-scatter of the gradients, (N − 1)/N·Ψ·b each. No all-gather
-after the update: each rank updates the shard it keeps. 1.5× DP's 2(N − 1)/N·Ψ·b.""",
-    key="""from allreduce_edu.exercises.lesson11 import check_zero3_traffic, hint, solution
-
-psi, N, b = 1.5e9, 8, 2   # parameters, ranks, bytes per element on the wire (fp16)
-my_bytes = 3 * (N - 1) / N * psi * b   # two all-gathers and a reduce-scatter of psi * b
-check_zero3_traffic(my_bytes, psi, N, b)""")
-def check_zero3_traffic(answer, psi=1.5e9, world_size: int = 8, itemsize: int = 2) -> Feedback:
-    """Exercise 11.3: bytes one rank sends per ZeRO-3 step (ring collectives)."""
-    n, b = world_size, itemsize
-    one = (n - 1) / n * psi * b  # one ring collective over the whole model
-    return _verdict(answer, 3 * one, (
-        f"{3 * one:,.0f} bytes = 3(N−1)/N·Ψ·b: two all-gathers of the parameters (forward, then "
-        f"backward) and a reduce-scatter of the gradients, 1.5× data parallel's {2 * one:,.0f}. "
-        f"The next cell counts it in the trace."), [
-        (2 * one, "that is data parallel's 2(N−1)/N·Ψ·b (ZeRO-1's and ZeRO-2's too). ZeRO-3 "
-         "drops each layer's gathered weights once forward has used them, so backward "
-         "all-gathers them again: count that all-gather too."),
-        (4 * one, "one collective too many: no all-gather after the update (each rank updates "
-         "the shard it keeps, and keeps only that), and the gradients need a reduce-scatter, "
-         "not an all-reduce (twice the bytes)."),
-        (3 * psi * b, "each ring collective sends (N − 1)/N of the buffer, not all of it."),
-        (3 * one / b, "that counts elements: multiply by b bytes each."),
-        (one, "that is one collective's bytes; a ZeRO-3 step runs three."),
-        (3 * one * 4 / b, f"the parameters and gradients travel in fp16 here: b = {b}, not 4."),
-    ], "List one step's collectives and what each one covers (hint(\"11.3\")).")

@@ -20,8 +20,9 @@ from ..sharded.overlap import (  # noqa: F401 - zero3_pass: the notebook's
     predict_exposed,
     zero3_pass,
 )
-from .feedback import Feedback, failed, multiple_choice, passed
+from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, solution  # noqa: F401 - notebook
+from .spec import Blank, Slip, choice, number
 
 # the lesson's MLP (64, 256, 256, 256, 256, 8) in float64: each layer's W and b, in bytes
 MLP_LAYER_BYTES = [133_120, 526_336, 526_336, 526_336, 16_448]
@@ -133,14 +134,15 @@ def _sizes(layer_bytes) -> set[int]:
 @exercise(
     "12.1", "choose the bucket size by the model", kind="code", function="choose_bucket",
     solution=CHOOSE_SOLUTION, needs={"predict_exposed": predict_exposed},
-    hints=("No rule of thumb needed: predict_exposed(backward_seconds, layer_bytes, bucket_bytes, "
-           "world_size, alpha, beta) prices any bucket size. Try several and keep the one that "
-           "leaves the least exposed.",
-           "Which sizes? A bucket closes once it holds at least bucket_bytes, so only sums of "
-           "consecutive layers give different buckets: from the smallest layer (one bucket per "
-           "layer) to sum(layer_bytes) (one bucket). Powers of two in between come close.",
-           "Return min(sizes, key=lambda size: predict_exposed(backward_seconds, layer_bytes, "
-           "size, world_size, alpha, beta))."),
+    hints=('No rule of thumb needed: predict_exposed(backward_seconds, layer_bytes, bucket_bytes, '
+           'world_size, alpha, beta) prices any bucket size. Try several and keep the one that '
+           'leaves the least exposed.',
+           'Which sizes? A bucket closes once it holds at least bucket_bytes, so only sums of '
+           'consecutive layers give different buckets: from the smallest layer (one bucket per '
+           'layer) to sum(layer_bytes) (one bucket). Powers of two in between come close.',
+           'The key idea: small buckets start early but pay α many times; big buckets pay α once '
+           'but start late. Price each candidate size with the model and return the one that '
+           'leaves the least communication exposed after backward.'),
     key="""from allreduce_edu.exercises.lesson12 import check_choose_bucket, hint, solution
 from allreduce_edu.sharded.overlap import predict_exposed
 
@@ -193,10 +195,24 @@ def _bucket_problem(choose_bucket, name, layer_bytes, backward, alpha, beta, n) 
 
 
 # --- 12.2 ------------------------------------------------------------------------------------
-@exercise(
-    "12.2", "predict the exposed time without overlap", kind="number",
-    todo="replace None with seconds (a number or an expression of layer_bytes, alpha, beta, N), "
-         "then run this cell again.",
+check_no_overlap = number(
+    "12.2", "predict the exposed time without overlap", module=__name__,
+    checker="check_no_overlap",
+    question="With one bucket per layer and **no overlap**, how many seconds of communication "
+             "does one step leave exposed on this link? `layer_bytes`, `alpha`, `beta` and `N` "
+             "are set in the cell below.",
+    blanks=(Blank("my_exposed", "seconds: a number, or an expression of layer_bytes, alpha, "
+                  "beta, N", "sum(2 * (N - 1) * alpha + 2 * (N - 1) / N * s * beta "
+                             "for s in layer_bytes)"),),
+    inputs={"layer_bytes": tuple(MLP_LAYER_BYTES), "alpha": 2e-3, "beta": 1 / 200e6,
+            "world_size": 4},
+    call="layer_bytes, alpha, beta, N", unit="seconds",
+    answer=lambda d: _exposed(d),
+    slips=lambda d: _exposed_slips(d),
+    otherwise=lambda d, name, got: (
+        f"off by ×{got / _exposed(d):.3g}: add up 2(N − 1)·α + 2(N − 1)/N·S·β over the layers "
+        f"(hint(\"12.2\"))."),
+    success=lambda d: _exposed_success(d),
     hints=("Without overlap the buckets start after backward has ended, one after another, so "
            "nothing hides: the exposed time is the sum of the buckets' all-reduce times.",
            "Each layer is its own bucket here; a ring all-reduce of S bytes takes "
@@ -205,74 +221,62 @@ def _bucket_problem(choose_bucket, name, layer_bytes, backward, alpha, beta, n) 
 backward ends:
     Σ over layers of  2(N − 1)·α + 2(N − 1)/N·S_layer·β
   = 5 · 6 · 2 ms  +  1.5 · 1,728,576 B / 200 MB/s  =  60 ms + 12.96 ms  ≈  73.0 ms
-predict_exposed(backward, layer_bytes, None, N, alpha, beta, overlap=False) gives the same.""",
-    key="""from allreduce_edu.exercises.lesson12 import check_no_overlap, hint, solution
+predict_exposed(backward, layer_bytes, None, N, alpha, beta, overlap=False) gives the same.""")
 
-# every bucket's ring all-reduce, one after another, after backward: all of it exposed
-my_exposed = sum(2 * (N - 1) * alpha + 2 * (N - 1) / N * s * beta for s in layer_bytes)
-check_no_overlap(my_exposed, layer_bytes, alpha, beta, N)""")
-def check_no_overlap(answer, layer_bytes=tuple(MLP_LAYER_BYTES), alpha: float = 2e-3,
-                     beta: float = 1 / 200e6, world_size: int = 4) -> Feedback:
-    """Exercise 12.2: exposed seconds of one step with one bucket per layer and no overlap."""
-    n, total = world_size, sum(layer_bytes)
-    want = sum(predict("ring", n, s, alpha, beta) for s in layer_bytes)
-    if isinstance(answer, bool) or not isinstance(answer, (int, float, np.integer, np.floating)) \
-            or not answer > 0:
-        return failed("answer with a positive number of seconds.")
-    def close(x):
-        return abs(answer - x) <= 0.02 * x
-    if close(want):
-        return passed(f"{want / MS:.1f} ms: {len(layer_bytes)} buckets × 2(N − 1)α = "
-                      f"{len(layer_bytes) * 2 * (n - 1) * alpha / MS:.0f} ms of latency, and "
-                      f"2(N − 1)/N·Σ S·β = {2 * (n - 1) / n * total * beta / MS:.1f} ms of bytes. "
-                      f"The measurement below puts a number beside it.")
-    if close(want * 1e3):
-        return failed("that looks like milliseconds: the checker wants seconds.")
-    wrong = {
-        2 * (n - 1) / n * total * beta: "that is the bytes' time alone: every bucket's ring "
-        "also pays 2(N − 1) latencies α, one per step.",
-        predict("ring", n, total, alpha, beta): "that is one all-reduce of all the gradients. "
-        "Here each layer is its own bucket, and each bucket's ring pays its own 2(N − 1)α.",
-        len(layer_bytes) * alpha + 2 * (n - 1) / n * total * beta: "a ring all-reduce takes "
-        "2(N − 1) steps, and every step pays α.",
-        len(layer_bytes) * 2 * (n - 1) * alpha + total * beta: "each rank sends 2(N − 1)/N of "
-        "each bucket, not the bucket once.",
-    }
-    for value, why in wrong.items():
-        if close(value):
-            return failed(why)
-    return failed(f"off by ×{answer / want:.3g}: add up 2(N − 1)·α + 2(N − 1)/N·S·β over the "
-                  f"layers (hint(\"12.2\")).")
+
+def _exposed(d) -> float:
+    """Seconds of one ring all-reduce per layer, one after another: all of it exposed."""
+    return sum(predict("ring", d.world_size, s, d.alpha, d.beta) for s in d.layer_bytes)
+
+
+def _exposed_slips(d) -> list:
+    n, total, k = d.world_size, sum(d.layer_bytes), len(d.layer_bytes)
+    want = sum(predict("ring", n, s, d.alpha, d.beta) for s in d.layer_bytes)
+    return [Slip(want * 1e3, "that looks like milliseconds: the checker wants seconds."),
+            Slip(2 * (n - 1) / n * total * d.beta, "that is the bytes' time alone: every "
+                 "bucket's ring also pays 2(N − 1) latencies α, one per step."),
+            Slip(predict("ring", n, total, d.alpha, d.beta), "that is one all-reduce of all the "
+                 "gradients. Here each layer is its own bucket, and each bucket's ring pays its "
+                 "own 2(N − 1)α."),
+            Slip(k * d.alpha + 2 * (n - 1) / n * total * d.beta, "a ring all-reduce takes "
+                 "2(N − 1) steps, and every step pays α."),
+            Slip(k * 2 * (n - 1) * d.alpha + total * d.beta, "each rank sends 2(N − 1)/N of each "
+                 "bucket, not the bucket once.")]
+
+
+def _exposed_success(d) -> str:
+    n, total, k = d.world_size, sum(d.layer_bytes), len(d.layer_bytes)
+    want = sum(predict("ring", n, s, d.alpha, d.beta) for s in d.layer_bytes)
+    return (f"{want / MS:.1f} ms: {k} buckets × 2(N − 1)α = {k * 2 * (n - 1) * d.alpha / MS:.0f} "
+            f"ms of latency, and 2(N − 1)/N·Σ S·β = {2 * (n - 1) / n * total * d.beta / MS:.1f} ms "
+            f"of bytes. The measurement below puts a number beside it.")
 
 
 # --- 12.3 ------------------------------------------------------------------------------------
-@exercise(
-    "12.3", "why overlap hides the link but not gRPC", kind="choice",
-    hints=("What does a rank's CPU do while a message crosses the emulated link, and what does "
-           "it do while gRPC sends the same bytes?",
-           "Overlap hides time only if the hidden work does not need what backward needs. Here "
-           "four ranks share two cores."),
-    solution="""b: behind the emulated link a rank mostly waits — it sleeps for α + bytes·β, as a
-GPU waits while its NIC moves the bytes — and backward can use that idle time. Over gRPC the
-communication is CPU work (serialising, copying, Python) on the same two cores that backward
-needs, so moving it under backward makes backward slower by about as much as it hides.""",
-    key="""from allreduce_edu.exercises.lesson12 import check_overlap_answer, hint, solution
-
-my_choice = "b"   # the link's time is idle waiting; gRPC's is CPU work on the shared cores
-check_overlap_answer(my_choice)""")
-def check_overlap_answer(choice: str) -> Feedback:
-    """Exercise 12.3: why overlap hides a lot behind the emulated link, little on gRPC alone."""
-    answers = {
-        "a": "no: both runs all-reduce the same gradients, byte for byte. What differs is what "
-             "the CPU does while they travel.",
-        "b": "",
-        "c": "no: NumPy releases the GIL in its matrix products, and the same communication "
-             "thread does overlap behind the emulated link. Look at what the thread costs.",
-        "d": "no: without overlap gRPC left tens of ms exposed, measured above; there was time "
-             "to hide, it just was not idle time.",
-    }
-    success = ("overlap hides waiting, not work. A link's time is idle for the CPU (on a GPU, "
-               "the NIC and the copy engines move the bytes); gRPC's time is CPU work on the "
-               "cores backward needs. That is why NCCL runs on its own stream and SMs, and why "
-               "DDP on CPUs gains less.")
-    return multiple_choice(choice, answers, right="b", success=success)
+check_overlap_answer = choice(
+    "12.3", "overlap over gRPC on a 16-core machine", module=__name__,
+    checker="check_overlap_answer",
+    question="Over gRPC on this 2-core machine, overlap hid exposed time but hardly shortened the "
+             "step. Run the same 4 ranks and buckets on a machine with 16 idle cores. Overlap now",
+    options={
+        "a": "shortens the step more: gRPC's CPU work runs on cores backward does not use.",
+        "b": "still hardly helps: overlap can hide waiting on a link, never CPU work.",
+        "c": "still hardly helps: the bytes are the same, and overlap cannot cut bytes.",
+        "d": "makes the step longer: more cores mean more threads fighting for the links.",
+    },
+    right="a",
+    slips={
+        "b": "CPU work overlaps with other CPU work when there are cores to run both. On 2 cores "
+             "there were none to spare; on 16 there are.",
+        "c": "overlap never cuts bytes; it runs the communication while backward computes, so "
+             "the step is shorter when both can proceed at once. Can they on 16 cores?",
+        "d": "loopback gRPC is bound by the CPU that copies and frames the bytes, not by a link; "
+             "more cores give that work room.",
+    },
+    why="behind the emulated link a rank mostly waits, and backward fills the wait. Over gRPC "
+        "the communication is CPU work; on 2 cores it takes its turns with backward, so it only "
+        "moves. With spare cores both run at once and the hidden time comes off the step — "
+        "which is why NCCL gives communication its own resources (SMs, channels).",
+    hints=("On 2 cores, why did hiding the communication not shorten the step: what did the "
+           "communication and backward compete for?",
+           "With 16 idle cores, do they still compete for it?"))

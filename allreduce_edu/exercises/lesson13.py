@@ -116,9 +116,11 @@ SYNC_SOLUTION = """def my_sync_norm_grads(comm, grad_weight, grad_bias):
 bias sums over those rows alone. The batch's gradient is the sum over all rows: one all-reduce
 (sum) of each, or of both concatenated (one latency instead of two, as sync_norm_grads does).""",
     hints=("Which rows did this rank's LayerNorm see? Its grad_weight is the sum of dY·x̂ over "
-           "those rows only. What does one process sum over?",
-           "Add the ranks' gradients: allreduce(comm, grad_weight) for the weight, and the same "
-           "for the bias. Sum, not mean: each rank holds part of a sum."),
+           'those rows only. What does one process sum over?',
+           "allreduce(comm, g) sums an array over the ranks; both of the norm's gradients need it.",
+           "The key idea: one process sums the norm's gradient over all rows; here each rank holds"
+           ' the sum over its own rows, a part of that sum. Add the parts across the ranks — a '
+           'sum, not a mean — so every rank applies the same update.'),
     key="""from allreduce_edu import allreduce
 from allreduce_edu.exercises.lesson13 import check_norm_grad_sync, hint, solution
 

@@ -20,6 +20,7 @@ import types
 import numpy as np
 
 from .feedback import Feedback, failed, not_attempted, passed
+from .lesson14_questions import check_barrier_order_answer, check_block_size_answer  # noqa: F401
 from .registry import exercise, hint, is_stub, solution  # noqa: F401 - notebook
 
 try:
@@ -224,12 +225,13 @@ tree_sum = cuda.jit(device=True)(tree_sum)   # a device function: kernels can ca
 @exercise(
     "14.1", "write the block's tree reduction", kind="code", function="tree_sum",
     solution=TREE_SOLUTION, needs={"cuda": cuda},
-    hints=("Each step halves the stride s, starting at s = cuda.blockDim.x // 2: thread t < s "
-           "adds shared[t + s] into shared[t]. After the step with s = 1, shared[0] holds the sum.",
-           "A step reads what the previous step wrote, by other threads: call cuda.syncthreads() "
-           "after every step, and let every thread of the block call it (not inside `if t < s`).",
-           "t, s = cuda.threadIdx.x, cuda.blockDim.x // 2; while s > 0: if t < s: "
-           "shared[t] += shared[t + s]; then cuda.syncthreads(); s //= 2."),
+    hints=('Each step halves the stride s, starting at s = cuda.blockDim.x // 2: thread t < s adds'
+           ' shared[t + s] into shared[t]. After the step with s = 1, shared[0] holds the sum.',
+           'A step reads what the previous step wrote, by other threads: call cuda.syncthreads() '
+           'after every step, and let every thread of the block call it (not inside `if t < s`).',
+           "The key idea is lesson 04's tree inside one block: each step half the threads add a "
+           "partner's partial into their own, and the whole block waits at a barrier before the "
+           "next step, until one partial — the block's sum — is left."),
     key="""from allreduce_edu.exercises.lesson14 import check_tree_sum, cuda, hint, solution
 
 

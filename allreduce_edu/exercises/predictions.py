@@ -1,57 +1,65 @@
-"""Your predictions, recorded before a measurement and compared with it after.
+"""Predictions that count: write your guess down before a cell measures, then see it beside the
+measurement and the model.
 
-    predict("03.a", 3.5)                  # before the measuring cell: your guess, recorded
-    compare("03.a", 3.6, model=4.0)       # in it: "you predicted 3.5, measured 3.6, the model 4"
+    record_prediction("03.a", 3.5)          # before: how many times faster will the ring be?
+    compare_prediction("03.a", measured=3.6, model=4.0, unit="×")
+    # you predicted 3.5×, measured 3.6×, the model says 4×
 
-Kept beside your progress (`predictions.json` in the same folder); `progress()` lists them.
+Guesses live in your progress file (progress.py); `progress()` lists them beside the exercises.
 """
 
 from __future__ import annotations
 
-import json
-import time
+import math
 
-from .progress import data_dir
-
-
-def _file():
-    return data_dir() / "predictions.json"
+from . import progress as _progress
+from .feedback import wrap
 
 
-def load() -> dict[str, dict]:
-    """{key: {"value": your guess, "when": unix time}}."""
-    try:
-        data = json.loads(_file().read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+def record_prediction(key: str, value) -> None:
+    """Write down your guess for prediction `key` ("03.a"), before the cell that measures it."""
+    if value is None or (isinstance(value, str) and value.strip() in ("", "?")):
+        print(f'Nothing recorded for {key}: replace None with your guess, then run this cell.')
+        return
+    if not isinstance(value, (int, float, str)) or isinstance(value, bool):
+        raise TypeError(f"a prediction is a number or a short text, not {type(value).__name__}")
+    _progress.record_prediction(str(key), value=value)
+    print(f"Recorded your prediction for {key}: {show(value)}. A later cell measures it.")
+
+
+def recorded(key: str):
+    """Your recorded guess for `key`, or None."""
+    return _progress.predictions().get(str(key), {}).get("value")
+
+
+def compare_prediction(key: str, measured, model=None, unit: str = "") -> str:
+    """Print (and return) "you predicted X, measured Y, the model says Z" for prediction `key`;
+    the measurement is stored beside your guess."""
+    fields = {"measured": measured} | ({} if model is None else {"model": model})
+    guess = recorded(key)
+    if guess is None:
+        head = f"{key}: no prediction recorded (record_prediction(\"{key}\", ...) stores one)"
+    else:
+        _progress.record_prediction(str(key), unit=unit, **fields)
+        head = f"{key}: you predicted {show(guess, unit)}"
+    text = f"{head}, measured {show(measured, unit)}" + (
+        "" if model is None else f", the model says {show(model, unit)}") + "."
+    print(wrap(text))
+    return text
+
+
+def show(value, unit: str = "") -> str:
+    """3.5 -> "3.5", 4.0 -> "4", a text as it is; the unit after it."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        value = f"{value:.3g}"
+    return f"{value}{unit}"
 
 
 def predict(key: str, value) -> None:
-    """Record your guess for `key` before the cell that measures it (None: not guessed yet)."""
-    if value is None:
-        print("○ no prediction yet: replace None with your guess, then run this cell again "
-              "(the measuring cell below compares it with what happens).")
-        return
-    value = float(value)
-    data = load()
-    data[key] = {"value": value, "when": round(time.time())}
-    path = _file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1, sort_keys=True))
-    print(f"recorded: you predict {_show(value)} for {key}. Now run the measurement.")
+    """record_prediction, by the short name the lessons' prediction cells use."""
+    record_prediction(key, value)
 
 
-def compare(key: str, measured: float, model: float | None = None, unit: str = "") -> None:
-    """Print one line: your recorded guess for `key` beside the measured value and the model's."""
-    guess = load().get(key, {}).get("value")
-    parts = [f"you predicted {_show(guess)}{unit}" if guess is not None
-             else f"no prediction recorded for {key}",
-             f"measured {_show(measured)}{unit}"]
-    if model is not None:
-        parts.append(f"the model says {_show(model)}{unit}")
-    print(", ".join(parts))
-
-
-def _show(value: float) -> str:
-    return f"{value:.3g}" if abs(value) < 1e4 else f"{value:,.0f}"
+def compare(key: str, measured, model=None, unit: str = "") -> None:
+    """compare_prediction, printed only (a lesson's measuring cell shows the line once)."""
+    compare_prediction(key, measured, model, unit)

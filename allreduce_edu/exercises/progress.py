@@ -32,8 +32,8 @@ def progress_file() -> Path:
 
 
 def load() -> dict[str, dict]:
-    """{exercise id: {"status": ..., "attempts": n, "when": unix time}}; empty when nothing is
-    recorded."""
+    """{exercise id: {"status": ..., "attempts": n, "when": unix time}, "predictions": {...}};
+    empty when nothing is recorded."""
     try:
         data = json.loads(progress_file().read_text())
     except (OSError, ValueError):
@@ -43,22 +43,47 @@ def load() -> dict[str, dict]:
 
 def record(exercise: str, status: str) -> None:
     """Count an attempt at `exercise`; its status only moves forward (attempted, then passed)."""
+    def count(data: dict) -> None:
+        entry = data.get(exercise, {})
+        old = entry.get("status", "not started")
+        best = max(old, status, key=lambda s: STATUSES.index(s) if s in STATUSES else 0)
+        data[exercise] = {"status": best, "attempts": int(entry.get("attempts", 0)) + 1,
+                          "when": round(time.time())}
+    _update(count)
+
+
+PREDICTIONS = "predictions"  # the file's entry for your guesses: {key: {"value": ..., ...}}
+
+
+def record_prediction(key: str, **fields) -> None:
+    """Store fields (value, measured, model) of prediction `key`, keeping the others it has."""
+    def store(data: dict) -> None:
+        guesses = data.get(PREDICTIONS) if isinstance(data.get(PREDICTIONS), dict) else {}
+        guesses[key] = {**guesses.get(key, {}), **fields, "when": round(time.time())}
+        data[PREDICTIONS] = guesses
+    _update(store)
+
+
+def predictions() -> dict[str, dict]:
+    """{key: {"value": your guess, "measured": ..., "model": ...}}, as recorded."""
+    found = load().get(PREDICTIONS)
+    return found if isinstance(found, dict) else {}
+
+
+def _update(change) -> None:
+    """Apply change(data) to the progress file, under its lock, whole or not at all."""
     path = progress_file()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path.with_suffix(".lock"), "w") as lock:  # two notebooks at once: in turn
             _lock(lock)
             data = load()
-            entry = data.get(exercise, {})
-            old = entry.get("status", "not started")
-            best = max(old, status, key=lambda s: STATUSES.index(s) if s in STATUSES else 0)
-            data[exercise] = {"status": best, "attempts": int(entry.get("attempts", 0)) + 1,
-                              "when": round(time.time())}
+            change(data)
             scratch = path.with_suffix(f".{os.getpid()}.tmp")
             scratch.write_text(json.dumps(data, indent=1, sort_keys=True))
             scratch.replace(path)  # whole or not at all
     except OSError as e:  # a read-only home must not break a checker
-        warnings.warn(f"allreduce-edu could not save your progress to {path}: {e}", stacklevel=3)
+        warnings.warn(f"allreduce-edu could not save your progress to {path}: {e}", stacklevel=4)
 
 
 def _lock(file) -> None:

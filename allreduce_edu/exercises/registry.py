@@ -5,6 +5,7 @@ instructor's key.
               key="...")
     def check_ring_bytes(answer, world_size=16, nbytes=4 << 20) -> Feedback: ...
 
+Choice, number and names exercises are declared as data in spec.py, which registers them here.
 The decorated checker answers "not attempted yet" while the answer is still the scaffold's (`None`,
 `"?"`, or a function whose body is `...`), records every real attempt in your progress file, and
 remembers its last verdict so later cells can run your function or, until it passes, the reference.
@@ -46,6 +47,7 @@ class Exercise:
     todo: str = ""  # what "not attempted yet" asks for
     check: object = None  # the decorated checker
     last: tuple | None = None  # (answer, Feedback) of the last check
+    spec: object = None  # choice/number/names: what spec.py generated (cells, question, options)
 
     @property
     def lesson(self) -> str:
@@ -225,11 +227,13 @@ def all_exercises() -> dict[str, Exercise]:
 
 
 class Progress:
-    """A table of the course's exercises: passed, attempted or not started (from your progress
-    file)."""
+    """A table of the course's exercises (passed, attempted or not started) with your recorded
+    predictions beside them (from your progress file)."""
 
     def __init__(self, exercises: dict[str, Exercise], records: dict[str, dict]):
         self.rows = [(ex, records.get(ex.id, {})) for ex in exercises.values()]
+        guesses = records.get(_progress.PREDICTIONS)
+        self.predictions = dict(sorted(guesses.items())) if isinstance(guesses, dict) else {}
 
     def counts(self) -> dict[str, int]:
         counts = dict.fromkeys(_progress.STATUSES, 0)
@@ -238,23 +242,34 @@ class Progress:
         return counts
 
     def __repr__(self) -> str:
+        from .predictions import show
+
         marks = {"passed": "✓ passed", "attempted": "✗ attempted", "not started": "· not started"}
         width = max(len(ex.title) for ex, _ in self.rows)
-        lines = [f"{'exercise':<9} {'what':<{width}}  status"]
+        lines = []
         for ex, record in self.rows:
             status = record.get("status", "not started")
             tries = record.get("attempts", 0)
-            lines.append(f"{ex.id:<9} {ex.title:<{width}}  {marks[status]}"
-                         + (f" ({tries} tr{'y' if tries == 1 else 'ies'})" if tries else ""))
+            lines.append((ex.id, f"{ex.id:<9} {ex.title:<{width}}  {marks[status]}"
+                          + (f" ({tries} tr{'y' if tries == 1 else 'ies'})" if tries else "")))
+        for key, p in self.predictions.items():
+            unit = p.get("unit", "")
+            seen = "".join(f", {what} {show(p[what], unit)}" for what in ("measured", "model")
+                           if what in p).replace("model", "the model said", 1)
+            lines.append((key, f"{key:<9} {'your prediction':<{width}}  "
+                               f"{show(p.get('value'), unit)}{seen}"))
         c = self.counts()
-        lines.append(f"{c['passed']} of {len(self.rows)} passed, {c['attempted']} attempted, "
-                     f"{c['not started']} not started.")
-        return "\n".join(lines)
+        n = len(self.predictions)
+        guessed = f", {n} prediction{'' if n == 1 else 's'} recorded" if n else ""
+        total = (f"{c['passed']} of {len(self.rows)} passed, {c['attempted']} attempted, "
+                 f"{c['not started']} not started{guessed}.")
+        return "\n".join([f"{'exercise':<9} {'what':<{width}}  status"]
+                         + [line for _, line in sorted(lines, key=lambda kv: kv[0])] + [total])
 
 
 def progress(reset: bool = False) -> Progress:
-    """Your progress through the course's exercises; `progress(reset=True)` forgets it and starts
-    over."""
+    """Your progress through the course's exercises and predictions; `progress(reset=True)`
+    forgets it and starts over."""
     if reset:
         _progress.reset()
         _hints_given.clear()

@@ -56,6 +56,10 @@ def root_cause(failures: list[Report], fn, where: str | None = None) -> BaseExce
     if cause.traceback and error.__traceback__ is None:  # it came from another process
         error.__cause__ = RemoteTraceback(_restore_sources(cause.traceback, fn))
     where = where or f"cluster.run({getattr(fn, '__name__', repr(fn))})"
+    try:  # callers (the exercise checkers) read the rank here, never from the text
+        error.failed_rank = cause.rank
+    except AttributeError:  # an exception type with __slots__: the note below still says it
+        pass
     notes = [f"raised on rank {cause.rank} in {where}"]
     others = [r for r in failures if r is not cause]
     stopped = sorted(r.rank for r in others if type(r.error) is CollectiveAborted)

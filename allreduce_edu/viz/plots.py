@@ -172,3 +172,16 @@ def plot_cost_model(rows, alpha: float, beta: float, ax=None, gamma: float = 0.0
                  f"1/β = {bandwidth}", fontsize=10)
     ax.legend(fontsize=7, ncols=2)
     return fig
+
+
+def mark_crossovers(fig, crossovers: dict[str, float | None], ax=None):
+    """Mark sizes on a size axis (a plot above): one vertical line per `label: bytes` (None is
+    left out), in the legend. Returns the figure."""
+    ax = ax if ax is not None else fig.axes[0]
+    styles = (":", "-.", "--", "-")
+    for k, (label, nbytes) in enumerate(crossovers.items()):
+        if nbytes is not None:
+            ax.axvline(nbytes, color="black", linestyle=styles[k % 4], linewidth=1, alpha=0.7,
+                       label=f"{label}: {format_bytes(nbytes)}")
+    ax.legend(fontsize=7, ncols=2)
+    return fig

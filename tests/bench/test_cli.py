@@ -66,3 +66,15 @@ def test_sweep():
     assert bench.sweep(8, 512, 8) == [8, 64, 512]
     with pytest.raises(ValueError):
         bench.parse_size("lots")
+
+
+def test_point_to_point_latency_is_reported_as_percentiles():
+    import allreduce_edu as ae
+
+    with ae.Cluster(2, transport="local") as cluster:
+        one_way = cluster.run(bench.latency, 8, 20)[0]
+        p2p, _ = bench.run(cluster, ["ring"], [8], iters=2, warmup=1)
+    assert len(one_way) == 20 and all(t > 0 for t in one_way)
+    assert 0 < p2p["p50_us"] <= p2p["p99_us"]
+    line = bench.format_p2p(p2p)
+    assert f"(p50 {p2p['p50_us']:.0f} us, p99 {p2p['p99_us']:.0f} us)" in line

@@ -102,17 +102,21 @@ def test_unknown_exercise_names_the_known_ones():
 
 def test_progress_is_recorded_in_the_data_directory(tmp_path, monkeypatch):
     monkeypatch.setenv("ALLREDUCE_EDU_DATA_DIR", str(tmp_path))
-    from allreduce_edu.exercises.lesson03 import check_busbw_answer, check_ring_bytes
+    from allreduce_edu.exercises.lesson03 import (
+        check_busbw_answer,
+        check_ring_bytes,
+        ring_bytes_sent,
+    )
 
     assert "0 of" in repr(progress(reset=True)).splitlines()[-1]
     assert not check_ring_bytes(None).attempted  # a scaffold is not an attempt
     assert not (tmp_path / "progress.json").exists()
     assert not check_busbw_answer("a")
-    assert check_busbw_answer("c")
+    assert check_busbw_answer("d")
     assert not check_busbw_answer("b")  # a later wrong answer keeps the pass
     defaults = inspect.signature(check_ring_bytes).parameters
-    n, s = defaults["world_size"].default, defaults["nbytes"].default
-    assert check_ring_bytes(2 * (n - 1) * s // n)
+    n, count = defaults["world_size"].default, defaults["count"].default
+    assert check_ring_bytes(ring_bytes_sent(count, n))
     data = json.loads((tmp_path / "progress.json").read_text())
     assert data["03.4"]["status"] == "passed" and data["03.4"]["attempts"] == 3
     table = repr(progress())
@@ -130,7 +134,7 @@ def test_progress_never_breaks_a_checker_when_the_folder_is_unwritable(tmp_path,
     from allreduce_edu.exercises.lesson03 import check_busbw_answer
 
     with pytest.warns(UserWarning, match="could not save your progress"):
-        assert check_busbw_answer("c")
+        assert check_busbw_answer("d")
 
 
 def test_learner_or_reference_runs_the_reference_until_the_learner_passes(capsys):
@@ -173,7 +177,7 @@ def test_a_demonstration_gets_the_verdict_without_counting_as_an_attempt(tmp_pat
     monkeypatch.setenv("ALLREDUCE_EDU_DATA_DIR", str(tmp_path))
     from allreduce_edu.exercises.lesson03 import check_busbw_answer
 
-    assert "latency" in check_busbw_answer.demo("a").message
+    assert "shrink to S/N" in check_busbw_answer.demo("a").message
     assert not (tmp_path / "progress.json").exists()
     assert not check_busbw_answer.demo("?").attempted
     assert not check_busbw_answer("a") and (tmp_path / "progress.json").exists()

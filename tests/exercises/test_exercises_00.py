@@ -23,7 +23,7 @@ def test_the_right_prediction_passes():
 
 @pytest.mark.parametrize("answer, hint", [([4.0] * 4, "number of ranks"), ([15.0, 16.0, 17.0, 18.0], "average"),
                                           ([60.0, 64.0, 68.0], "shape"), (60, "shape"),
-                                          ([61.0, 64.0, 68.0, 72.0], "not quite"),
+                                          ([61.0, 64.0, 68.0, 72.0], "is not it: add up"),
                                           ("sixty", "list of 4 numbers"),
                                           ([10.0] * 4, "first_allreduce"),  # lesson 00's own run, another input
                                           ([6.0, 46.0, 86.0, 126.0], "each rank's own 4 elements"),

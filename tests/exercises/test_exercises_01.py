@@ -13,15 +13,19 @@ from allreduce_edu.exercises.lesson01 import (
 )
 
 ALPHA, BETA = 300e-6, 1 / 1.2e9
-N = 64 << 20
+N = 1 << 20  # 64 messages of 1 MiB
+RIGHT = 64 * (ALPHA + N * BETA)
 
 
 def test_prediction():
-    assert check_prediction(ALPHA + N * BETA, ALPHA, BETA)
+    assert check_prediction(RIGHT, ALPHA, BETA)
 
 
-@pytest.mark.parametrize("answer, hint", [((ALPHA + N * BETA) * 1e3, "milliseconds"), (ALPHA, "α alone"),
-                                          (N / BETA, "units"), (-1, "positive"), (3 * (ALPHA + N * BETA), "factor"),
+@pytest.mark.parametrize("answer, hint", [(RIGHT * 1e3, "milliseconds"), (ALPHA, "α alone"),
+                                          (ALPHA + 64 * N * BETA, "one message of 64 MiB"),
+                                          (ALPHA + N * BETA, "there are 64 of them"),
+                                          (64 * ALPHA, "64 α's alone"),
+                                          (64 * N / BETA, "units"), (-1, "positive"), (3 * RIGHT, "factor"),
                                           ("fast", "number of seconds")])
 def test_wrong_predictions(answer, hint):
     feedback = check_prediction(answer, ALPHA, BETA)
@@ -98,9 +102,10 @@ def test_echo_scaffold_is_not_an_attempt_and_the_reference_passes():
 def test_small_message_answer():
     assert check_small_message_answer("b")
     assert check_small_message_answer(" B ")
-    assert "y-intercept" in check_small_message_answer("a").message
-    assert "copying" in check_small_message_answer("c").message
-    assert "'a', 'b' or 'c'" in check_small_message_answer("d").message
+    assert "β fell too" in check_small_message_answer("a").message
+    assert "fixed cost" in check_small_message_answer("c").message
+    assert "no batching" in check_small_message_answer("d").message
+    assert "'a', 'b', 'c' or 'd'" in check_small_message_answer("e").message
     feedback = check_small_message_answer("?")
     assert not feedback and not feedback.attempted and 'hint("01.3")' in feedback.message
 

@@ -150,10 +150,11 @@ def test_root_bytes(sent, received, hint):
 
 
 def test_bottleneck_answer():
-    assert check_bottleneck_answer("a")
-    assert "memory speed" in check_bottleneck_answer("b").message
-    assert "any rank the root" in check_bottleneck_answer("c").message
-    assert "'a', 'b' or 'c'" in check_bottleneck_answer("d").message
+    assert check_bottleneck_answer("c")
+    assert "busiest link" in check_bottleneck_answer("a").message
+    assert "one message, not a second round" in check_bottleneck_answer("b").message
+    assert "Better, not gone" in check_bottleneck_answer("d").message
+    assert "'a', 'b', 'c' or 'd'" in check_bottleneck_answer("e").message
     assert not check_bottleneck_answer("").attempted  # an empty answer is the scaffold's, not a try
 
 
@@ -170,7 +171,7 @@ def test_solutions_registered():
     for exercise, kind in (("02.1", "code"), ("02.2", "number"), ("02.3", "choice")):
         ex = registry.get(exercise)
         assert ex.kind == kind and ex.solution and len(ex.hints) >= (2 if kind == "code" else 1)
-    assert registry.get("02.3").solution.startswith("a")
+    assert registry.get("02.3").solution.startswith("c")
     assert "23068672" in registry.get("02.2").solution
     fn = reference("02.1")
     assert fn.__name__ == "my_naive_allreduce"

@@ -13,6 +13,7 @@ from allreduce_edu.exercises.lesson03 import (
     check_pipelined_ring,
     check_ring_allreduce,
     check_ring_bytes,
+    ring_bytes_sent,
 )
 
 # wrong answers: the same checks on thread ranks, which start at once (the right answers run on gRPC)
@@ -175,7 +176,7 @@ def test_owner_prediction():
     assert "end of reduce-scatter" in check_owner_prediction(2).message  # the finished owner: one hop too far
     assert "after 1 step, with the data of 2 ranks" in check_owner_prediction(0).message
     assert "0 to 3" in check_owner_prediction(7).message
-    assert "0 to 3" in check_owner_prediction("two").message
+    assert "answer with a number" in check_owner_prediction("two").message
 
 
 def test_owner_prediction_at_other_steps():
@@ -188,21 +189,36 @@ def test_owner_prediction_at_other_steps():
 MIB = 1 << 20
 
 
-@pytest.mark.parametrize("answer, hint", [(7.5, "MiB"), (2 * (4 * MIB), "limit"), (15 * (4 * MIB) // 16, "reduce-scatter alone"),
-                                          (15 * (4 * MIB), "naive root"), (30, "number of messages"),
-                                          (4 * MIB // 16, "one chunk"), (30 * 4 * MIB, "not the whole buffer"),
-                                          (2 * 15 * MIB // 16, "× 1 MiB"), (123, "not it")])
+S = 1_000_003 * 8  # 03.2: 1,000,003 float64 elements on 16 ranks
+RIGHT = (30 * 62_500 + 4) * 8
+
+
+@pytest.mark.parametrize("answer, hint", [(2 * 15 / 16 * S, "formula for equal chunks"),
+                                          (30 * 62_500 * 8, "as a short one"), (30 * 62_501 * 8, "as a long one"),
+                                          (RIGHT / MIB, "MiB"), (2 * S, "limit"), (15 * S, "naive root"),
+                                          (30, "number of messages"), (123, "not it")])
 def test_ring_bytes(answer, hint):
-    assert check_ring_bytes(2 * 15 / 16 * (4 << 20))
+    assert check_ring_bytes(RIGHT) and ring_bytes_sent(1_000_003, 16) == RIGHT
     feedback = check_ring_bytes(answer)
     assert not feedback and hint in feedback.message, feedback
 
 
+def test_ring_bytes_counts_what_the_ring_really_sends():
+    from allreduce_edu.runtime import Cluster
+
+    n, count = 5, 1003  # uneven: 3 long chunks of 201, 2 short of 200
+    with Cluster(n, "local") as cluster:
+        cluster.run(lambda comm: ring(comm, np.zeros(count)))
+        sent = cluster.trace.bytes_sent()
+    assert [sent[r] for r in range(n)] == [ring_bytes_sent(count, n, r) for r in range(n)]
+
+
 def test_busbw_answer():
-    assert check_busbw_answer("c")
-    assert "latency" in check_busbw_answer("a").message
-    assert "share" in check_busbw_answer("b").message
-    assert "'a', 'b' or 'c'" in check_busbw_answer("d").message
+    assert check_busbw_answer("d")
+    assert "shrink to S/N" in check_busbw_answer("a").message
+    assert "8× as many steps" in check_busbw_answer("b").message
+    assert "close, but not exactly" in check_busbw_answer("c").message
+    assert "'a', 'b', 'c' or 'd'" in check_busbw_answer("e").message
 
 
 def test_solutions_are_registered_and_the_ring_solution_runs():

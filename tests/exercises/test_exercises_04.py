@@ -112,13 +112,14 @@ def test_step_prediction():
     assert "does not round up" in check_step_prediction(8, 4).message
     assert "one exchange phase" in check_step_prediction(8, 6).message
     assert "whole number" in check_step_prediction(7.5, 5).message
-    assert "two numbers of steps" in check_step_prediction("eight", 5).message
+    assert "answer with a number of steps" in check_step_prediction("eight", 5).message
 
 
 def test_crossover_answer():
     assert check_crossover_answer("a")
-    assert "bytes on the wire" in check_crossover_answer("c").message
-    assert "compressed" in check_crossover_answer("b").message
+    assert "2046 steps" in check_crossover_answer("c").message
+    assert "N sets the factor" in check_crossover_answer("b").message
+    assert "ring still wins" in check_crossover_answer("d").message
     assert "'a', 'b', 'c' or 'd'" in check_crossover_answer("e").message
 
 

@@ -59,7 +59,7 @@ def test_crossover_is_where_the_lines_meet():
 
 
 @pytest.mark.parametrize("answer, hint", [(376_470 / 1024, "KiB"), (ALPHA / BETA, "α/β"),
-                                          (-5, "positive"), ("376470", "positive"), (3 * 376_470, "factor"),
+                                          (-5, "positive"), ("376470", "answer with a number"), (3 * 376_470, "factor"),
                                           (11 * ALPHA / (1.25 * BETA), "two phases")])
 def test_crossover_prediction(answer, hint):
     assert check_crossover(376_470.6, ALPHA, BETA, 8)
@@ -75,9 +75,10 @@ def test_measured_crossover():
 
 
 def test_float_order_answer(capsys):
-    assert check_float_order_answer("a")
-    assert "raw bytes" in check_float_order_answer("c").message
-    assert "float32" in check_float_order_answer("d").message
+    assert check_float_order_answer("d")
+    assert "integer addition (without overflow) is exact" in check_float_order_answer("a").message
+    assert "grouping does not matter" in check_float_order_answer("b").message
+    assert "two's complement" in check_float_order_answer("c").message
     assert "'a', 'b', 'c' or 'd'" in check_float_order_answer("x").message
     solution("05.2")
     assert "8α / (4.25β)" in capsys.readouterr().out
@@ -97,3 +98,15 @@ def test_the_key_cells_pass(exercise):
     namespace = {"predict": predict}  # the lesson imports it near its top
     exec("\n".join([*body, f"result = {last}"]), namespace)  # noqa: S102 - our own key
     assert namespace["result"], namespace["result"]
+
+
+def test_interpolated_crossover_lies_where_the_measured_lines_cross():
+    from allreduce_edu.exercises.lesson05 import interpolated_crossover
+
+    rows = [{"algorithm": a, "bytes": s, "time_us": t} for a, s, t in [
+        ("tree", 8, 1), ("ring", 8, 3), ("tree", 1024, 2), ("ring", 1024, 3), ("tree", 2048, 6),
+        ("ring", 2048, 4)]]
+    assert interpolated_crossover(rows) == pytest.approx(1024 + 1024 * 1 / 3)  # lead -1, then +2
+    assert interpolated_crossover(rows, "ring", "tree") is None
+    faster = [dict(r, time_us=9) if r["algorithm"] == "tree" else r for r in rows]
+    assert interpolated_crossover(faster) == 8  # the ring is faster everywhere

@@ -135,8 +135,8 @@ def test_message_prediction():
 
 @pytest.mark.parametrize("per_tensor, one_bucket, hint", [
     (70, 14, "one phase"), (1120, 14, "rank 0's alone"), (160, 16, "not N"), (14, 14, "10 all-reduces"),
-    (140, 140, "ONE all-reduce"), (140, 7, "N-1 reduce-scatter"), (140, 1.5, "whole number"), (99, 14, "multiply"),
-    ("140", 14, "whole number"), (140, -14, "whole number"),
+    (140, 140, "ONE all-reduce"), (140, 7, "N − 1 reduce-scatter"), (140, 1.5, "whole number"), (99, 14, "multiply"),
+    ("140", 14, "answer with a number"), (140, -14, "positive"),
 ])
 def test_message_prediction_hints(per_tensor, one_bucket, hint):
     feedback = check_message_prediction(per_tensor, one_bucket)
@@ -145,9 +145,9 @@ def test_message_prediction_hints(per_tensor, one_bucket, hint):
 
 def test_bucketing_answer():
     assert check_bucketing_answer("b") and check_bucketing_answer(" B ")
-    assert "where α and β" in check_bucketing_answer("a").message
-    assert "compressed" in check_bucketing_answer("c").message
-    assert "bucket of its own" in check_bucketing_answer("d").message
+    assert "the same bytes" in check_bucketing_answer("a").message
+    assert "what is each one worth now" in check_bucketing_answer("c").message
+    assert "still latency-bound" in check_bucketing_answer("d").message
     assert "'a', 'b', 'c' or 'd'" in check_bucketing_answer("e").message
 
 

@@ -7,6 +7,7 @@ import importlib.util
 import numpy as np
 import pytest
 
+from allreduce_edu import course
 from allreduce_edu.exercises import lesson09, reference, registry
 from allreduce_edu.exercises.lesson09 import (
     NAMES_SCAFFOLD,
@@ -164,21 +165,24 @@ def no_gloo(monkeypatch):
     monkeypatch.setattr(lesson09, "missing", lambda engine: "torch is not installed (pip install 'allreduce-edu[torch]')")
 
 
-def test_without_the_engine_the_ring_runs_on_grpc_and_says_so(no_gloo):
+def test_without_the_engine_a_right_ring_gets_needs_torch_not_a_failed_try(no_gloo, tmp_path, monkeypatch):
+    monkeypatch.setenv("ALLREDUCE_EDU_DATA_DIR", str(tmp_path))
     feedback = check_ring_on_engine(ring, world_sizes=(3,), sizes=(10, 1001))
-    assert feedback, feedback
-    assert feedback.message.startswith("gloo is not available here — torch is not installed")
+    assert not feedback and feedback.status == "check failed", feedback
+    assert repr(feedback).startswith("⚠ needs torch: pip install -e '.[torch]'")
     assert "gRPC ranks" in feedback.message and "comm.send" not in feedback.message
+    assert not (tmp_path / "progress.json").exists()  # not counted as a try
 
 
-def test_without_the_engine_send_then_recv_passes_with_a_warning(no_gloo):
+def test_without_the_engine_send_then_recv_gets_a_warning(no_gloo):
     feedback = check_ring_on_engine(send_then_recv, world_sizes=(3,), sizes=(10,))
-    assert feedback, feedback
+    assert feedback.status == "check failed", feedback
     assert "You use comm.send" in feedback.message and "deadlocks on gloo" in feedback.message
 
 
-def test_without_the_engine_the_registered_solution_passes(no_gloo):
-    assert check_ring_on_engine(reference("09.1"), world_sizes=(3,), sizes=(10, 1001))
+def test_without_the_engine_the_registered_solution_needs_torch(no_gloo):
+    feedback = check_ring_on_engine(reference("09.1"), world_sizes=(3,), sizes=(10, 1001))
+    assert feedback.message.startswith("needs torch") and course.passed_or_needs_extra(repr(feedback))
 
 
 @pytest.mark.parametrize("fn, words", [
@@ -264,10 +268,10 @@ def test_hierarchical_prediction():
 
 
 def test_in_network_answer():
-    assert check_in_network_answer("b")
-    assert "saves the trips, not the work" in check_in_network_answer("a").message
-    assert "reproducible, not exact" in check_in_network_answer("C").message
-    assert "receives the whole result" in check_in_network_answer("d").message
+    assert check_in_network_answer("d")
+    assert "sends all of S, once" in check_in_network_answer("a").message
+    assert "Work it out at N = 2" in check_in_network_answer("B").message
+    assert "cheap, not free" in check_in_network_answer("c").message
     assert not check_in_network_answer("e")
 
 
@@ -285,7 +289,7 @@ def test_every_exercise_is_registered_with_hints():
     for exercise, kind in (("09.1", "code"), ("09.2", "names"), ("09.3", "number"), ("09.4", "choice")):
         ex = registry.get(exercise)
         assert ex.kind == kind and ex.solution and len(ex.hints) >= (2 if kind == "code" else 1)
-    assert registry.get("09.4").solution.startswith("b")
+    assert registry.get("09.4").solution.startswith("d")
 
 
 @pytest.mark.parametrize("exercise", ["09.2", "09.3", "09.4"])

@@ -26,7 +26,7 @@ def test_crossover_shift_checker():
     assert "the α alone" in check_crossover_shift(120 / 400, FITS).message
     assert "the β alone" in check_crossover_shift(8, FITS).message
     assert "off by" in check_crossover_shift(want * 3, FITS).message
-    assert "positive number" in check_crossover_shift("big", FITS).message
+    assert "answer with a number" in check_crossover_shift("big", FITS).message
     assert check_crossover_shift(None, FITS).status == "not attempted"
 
 

@@ -299,3 +299,13 @@ def test_plot_cost_model_draws_measurement_and_prediction(bench_rows):
 def test_one_shared_base():
     assert all(issubclass(cls, StepAnimation) for cls in (RingAnimation, TreeAnimation, NaiveAnimation))
     assert "draw_frame" not in vars(RingAnimation) and "draw_frame" not in vars(TreeAnimation)
+
+
+def test_mark_crossovers_draws_a_labelled_line_per_size(bench_rows):
+    from allreduce_edu.viz.plots import mark_crossovers
+
+    fig = plot_cost_model(bench_rows, alpha=50e-6, beta=1 / 0.3e9)
+    assert mark_crossovers(fig, {"model": 4096, "measured": None, "fitted": 1 << 20}) is fig
+    labels = [line.get_label() for line in fig.axes[0].get_lines()]
+    assert labels[-2:] == ["model: 4.0 KiB", "fitted: 1.0 MiB"]
+    assert fig._repr_png_().startswith(PNG)

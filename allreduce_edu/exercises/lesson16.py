@@ -1,0 +1,272 @@
+"""Lesson 16 · NCCL's algorithms: the double binary tree, Bruck's all-gather, the tuner.
+
+`check_tree2` takes your tree 2 (`my_tree2(world_size, rank) -> (parent, children)`) for N = 1..9
+and names the first rank that is interior in both trees, or that would send more than the double
+binary tree's 2·S; `check_tuner_choice` takes a letter. The rest are the lesson's small tools:
+bytes per port from a trace, a tree drawn by depth, the pipelined model for any K, NCCL's log lines.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..collectives import all_gather, allreduce
+from ..collectives.double_binary_tree import Tree, btree, double_binary_tree, schedule, trees
+from ..comm.links import Links
+from ..costmodel import scheduled_on_links
+from ..runtime import TESTBED, Cluster
+from ..tuner import tune
+from .feedback import Feedback, failed, multiple_choice, passed
+from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
+
+
+# --- the lesson's tools ------------------------------------------------------------------------
+def trace_of(algorithm: str, world_size: int, count: int = 1024):
+    """The trace of one all-reduce of `count` float32 per rank on thread ranks: instant."""
+    with Cluster(world_size, transport="local") as cluster:
+        cluster.run(lambda comm: allreduce(comm, np.ones(count, np.float32), algorithm=algorithm))
+        return cluster.trace
+
+
+def port_use(trace, world_size: int) -> dict[str, list[tuple[int, int]]]:
+    """{phase: [(bytes sent, bytes received) of rank r, ...]}: what each port carried."""
+    use: dict[str, list[list[int]]] = {}
+    for e in trace.events:
+        ranks = use.setdefault(e.tag, [[0, 0] for _ in range(world_size)])
+        ranks[e.src][0] += e.nbytes
+        ranks[e.dst][1] += e.nbytes
+    return {tag: [tuple(r) for r in ranks] for tag, ranks in use.items()}
+
+
+def draw(tree: Tree) -> str:
+    """A tree as rows by depth, each rank with its parent: `depth 2: 2(↑4) 6(↑4)`."""
+    rows: dict[int, list[str]] = {}
+    for r in range(len(tree.parent)):
+        up = "" if tree.parent[r] < 0 else f"(↑{tree.parent[r]})"
+        rows.setdefault(tree.depth[r], []).append(f"{r}{up}")
+    return "\n".join(f"  depth {d}: {' '.join(ranks)}" for d, ranks in sorted(rows.items()))
+
+
+def interior(tree: Tree) -> list[int]:
+    """The ranks with children."""
+    return [r for r, children in enumerate(tree.children) if children]
+
+
+def pipelined_model(world_size: int, nbytes: float, chunks: int, links: Links = TESTBED) -> float:
+    """Seconds the double binary tree's schedule takes on `links` with `chunks` per tree: every
+    clock step waits for its busiest port; the broadcast starts when tree 1's root has chunk 0."""
+    first = trees(world_size)[0]
+    start = first.height[first.root]
+    messages = [(step + (start if tag == "broadcast" else 0), src, dst, nbytes / (2 * chunks),
+                 tag == "reduce") for step, tag, _, src, dst in schedule(world_size, chunks)]
+    return scheduled_on_links(messages, links)
+
+
+def time_chunks(comm, nbytes: int, chunk_counts, reps: int = 1) -> dict[int, float]:
+    """Run on every rank: the best of `reps` times of one double binary tree per K, after a
+    barrier."""
+    x, out = np.ones(nbytes // 4, np.float32), {}
+    for k in chunk_counts:
+        times = []
+        for _ in range(reps):
+            comm.barrier()
+            t0 = time.perf_counter()
+            double_binary_tree(comm, x, chunks=k)
+            times.append(time.perf_counter() - t0)
+        out[k] = min(times)
+    return out
+
+
+def gather_counts(algorithm: str, world_size: int, count: int = 1000) -> tuple[int, int]:
+    """(steps, most bytes a rank sent) of one all-gather of `count` float32 per rank, from the
+    trace of its "all_gather" phase (Bruck's also swaps the 8-byte lengths first: tag "sizes")."""
+    with Cluster(world_size, transport="local") as cluster:
+        cluster.run(lambda comm: all_gather(comm, np.ones(count, np.float32), algorithm=algorithm))
+        events = [e for e in cluster.trace.events if e.tag == "all_gather"]
+    sent = [sum(e.nbytes for e in events if e.src == r) for r in range(world_size)]
+    return max((e.step + 1 for e in events), default=0), max(sent)
+
+
+def tuner_agreement(rows, links: Links = TESTBED) -> list[tuple[int, str, str]]:
+    """(size, the tuner's algorithm, the measured fastest) for each size of `rows`
+    (bench.compare's), the tuner choosing among the algorithms measured."""
+    sizes = sorted({r["bytes"] for r in rows})
+    algorithms = list(dict.fromkeys(r["algorithm"] for r in rows))
+    world_size = rows[0]["world_size"]
+    tuned = {t["size"]: t["algorithm"] for t in tune(world_size, sizes, links, algorithms)}
+    fastest = {s: min((r for r in rows if r["bytes"] == s), key=lambda r: r["time_us"])
+               for s in sizes}
+    return [(s, tuned[s], fastest[s]["algorithm"]) for s in sizes]
+
+
+# NCCL's names and numbers (src/include/plugin/nccl_tuner.h) for the algorithms NCCL also runs
+NCCL_ALGORITHMS = {"double_binary_tree": ("Tree", 0), "ring": ("Ring", 1)}
+NCCL_PROTOCOLS = {"LL": 0, "LL128": 1, "Simple": 2}
+
+
+def nccl_trees_line(world_size: int, rank: int, pair=None) -> str:
+    """What NCCL_DEBUG=INFO prints at init for `rank` (src/init.cc: "Trees" then, per channel,
+    " [%d] %d/%d/%d->%d->%d": children down[0..2], the rank, its parent; -1: none). NCCL runs
+    tree 1 on even channels and tree 2 on odd ones."""
+    parts = []
+    for channel, tree in enumerate(pair or trees(world_size)):
+        down = (list(tree.children[rank]) + [-1, -1, -1])[:3]
+        parts.append(f" [{channel}] {down[0]}/{down[1]}/{down[2]}->{rank}->{tree.parent[rank]}")
+    return "NCCL INFO Trees" + "".join(parts)
+
+
+def nccl_tuning_lines(row) -> list[str]:
+    """A tune() row as NCCL prints its choice: the INFO line (NCCL_DEBUG_SUBSYS=TUNING) and the
+    TRACE line of src/enqueue.cc ("%ld Bytes -> Algo %d proto %d time %f", time in µs)."""
+    name, number = NCCL_ALGORITHMS[row["algorithm"]]
+    return [f"NCCL INFO Best tuning, algorithm, {name}, protocol, {row['protocol']}",
+            f"NCCL TRACE {row['size']} Bytes -> Algo {number} proto "
+            f"{NCCL_PROTOCOLS[row['protocol']]} time {row['time'] * 1e6:f}"]
+
+
+# --- exercise 16.1: tree 2 from tree 1 ---------------------------------------------------------
+TREE2_SOLUTION = """def my_tree2(world_size, rank):
+    if world_size % 2 == 0:   # even N: mirror; rank r plays tree 1's rank N - 1 - r
+        relabel = lambda r: world_size - 1 - r
+        parent, children = btree(world_size, relabel(rank))
+    else:                     # odd N: shift by one; rank r plays tree 1's rank r - 1
+        relabel = lambda r: (r + 1) % world_size
+        parent, children = btree(world_size, (rank - 1) % world_size)
+    return (-1 if parent < 0 else relabel(parent)), [relabel(c) for c in children]"""
+
+
+def _shape(got) -> tuple[int, tuple[int, ...]] | None:
+    """(parent, children) from what the learner returned, or None when it is not that shape."""
+    try:
+        parent, children = got
+        parent, children = int(parent), tuple(int(c) for c in children)
+    except (TypeError, ValueError):
+        return None
+    return parent, children
+
+
+def _tree2(fn, n: int) -> tuple[Tree | None, str]:
+    """Your tree 2 on n ranks, or None and what is wrong with it."""
+    shapes = []
+    for r in range(n):
+        try:
+            got = fn(n, r)
+        except Exception as e:  # noqa: BLE001 - the learner's code: report, don't crash
+            return None, f"my_tree2({n}, {r}) raised {type(e).__name__}: {e}."
+        shape = _shape(got)
+        if shape is None:
+            return None, (f"my_tree2({n}, {r}) returned {got!r}; return (parent, children): the "
+                          f"parent's rank (-1 for the root) and a list of ranks, as btree does.")
+        shapes.append(shape)
+    try:
+        return Tree.of(n, lambda _, r: shapes[r]), ""
+    except ValueError as e:
+        return None, (f"on {n} ranks your tree 2 is not a tree: {e}. Relabel the parent and the "
+                      f"children with the same rule as the rank itself.")
+
+
+def port_bytes(first: Tree, second: Tree, nbytes: int) -> list[int]:
+    """Bytes each rank sends in an all-reduce of `nbytes` on the two trees, half the buffer each:
+    its half up to its parent (reduce) and down to each child (broadcast), in both trees."""
+    return [sum((tree.parent[r] >= 0) + len(tree.children[r]) for tree in (first, second))
+            * nbytes // 2 for r in range(len(first.parent))]
+
+
+@exercise(
+    "16.1", "build tree 2 from tree 1", kind="code", function="my_tree2",
+    solution=TREE2_SOLUTION, needs={"btree": btree},
+    hints=("Draw tree 1 for 8 ranks (the cell above did): its interior ranks are the even ones, "
+           "its leaves the odd ones. Tree 2 must use the leaves as its interior ranks.",
+           "You do not need a new tree: relabel tree 1. Find a one-to-one map of ranks that sends "
+           "every even rank to an odd one; rank r in tree 2 then plays the part that rank m(r) "
+           "plays in tree 1, and its parent and children are tree 1's, mapped back.",
+           "For even N the mirror r → N − 1 − r swaps even and odd ranks. For odd N it does not "
+           "(N − 1 is even): shift by one, r → r + 1 mod N, instead; rank 0 then has one child "
+           "in each tree.",
+           "The key idea: tree 2 is tree 1 with its ranks renamed so that its leaves become "
+           "interior ranks; rename the parent and the children too, with the inverse map."),
+    key="""from allreduce_edu.exercises.lesson16 import check_tree2, hint, solution
+from allreduce_edu.collectives.double_binary_tree import btree   # tree 1
+
+""" + TREE2_SOLUTION + """
+
+check_tree2(my_tree2)""")
+def check_tree2(fn, worlds=tuple(range(1, 10)), nbytes: int = 1 << 20) -> Feedback:
+    """Exercise 16.1: with tree 1 (btree) and your tree 2, every rank is interior in at most one
+    tree (at most two children in both together) and sends and receives at most 2·S."""
+    for n in worlds:
+        second, problem = _tree2(fn, n)
+        if second is None:
+            return failed(problem)
+        first = Tree.of(n, btree)
+        for r in range(n):
+            ones, twos = len(first.children[r]), len(second.children[r])
+            if ones + twos > 2:
+                odd = (" For odd N the mirror N − 1 − r maps even ranks to even ranks: the "
+                       "interior ranks stay interior." if n % 2 and ones and twos else "")
+                return failed(f"on {n} ranks rank {r} has {ones} children in tree 1 and {twos} in "
+                              f"tree 2: it is interior in both, so its port takes in "
+                              f"{ones + twos} halves per step where the ring's takes one chunk. "
+                              f"Make tree 1's leaves the interior ranks of tree 2.{odd}")
+        sent, ring = port_bytes(first, second, nbytes), 2 * (n - 1) * nbytes / n
+        worst = max(range(n), key=sent.__getitem__)
+        if sent[worst] > 2 * nbytes:
+            return failed(f"on {n} ranks rank {worst} sends {sent[worst] / nbytes:g}·S, more than "
+                          f"the 2·S the two trees promise (the ring's {ring / nbytes:.2f}·S).")
+        if second.height[second.root] > first.height[first.root] + 1:
+            return failed(f"on {n} ranks your tree 2 is {second.height[second.root]} levels deep, "
+                          f"tree 1 {first.height[first.root]}: every level costs a step; keep "
+                          f"tree 2 a binary tree as shallow as tree 1.")
+    return passed("on 1 to 9 ranks every rank is interior in at most one tree (odd N: rank 0 "
+                  "with one child in each) and sends at most 2·S, against the ring's "
+                  "2(N − 1)/N·S; tree 2 is as shallow as tree 1.")
+
+
+# --- exercise 16.2: the tuner's choice on 64 ranks --------------------------------------------
+CHOICES = {"a": ("ring", "Simple"), "b": ("double_binary_tree", "Simple"),
+           "c": ("tree", "LL"), "d": ("double_binary_tree", "LL")}
+
+
+def tuned_choice(world_size: int = 64, nbytes: int = 16 << 20, links: Links = TESTBED):
+    """(algorithm, protocol) tune() picks among ring, tree and double_binary_tree."""
+    [row] = tune(world_size, [nbytes], links, ["ring", "tree", "double_binary_tree"])
+    return row["algorithm"], row["protocol"]
+
+
+@exercise(
+    "16.2", "the tuner's choice on 64 ranks", kind="choice",
+    hints=("Two choices in one: the algorithm, then the protocol. On the testbed α is 10 ms and "
+           "a protocol adds microseconds, so the protocol's α hardly matters; its bandwidth "
+           "share does whenever bytes matter.",
+           "Price the ring's latency term on 64 ranks: 2(N − 1)·α. Then the binomial tree's bytes: "
+           "2⌈log2 N⌉ passes of 16 MiB at 100 MB/s. Compare both with the double binary tree's "
+           "≈ 2·S per port in about 2 log2 N + K steps.",
+           "The key idea: the ring's step count grows with N and the binomial tree's bytes with "
+           "log N, while the double binary tree keeps both small; and a bandwidth-bound message "
+           "wants the protocol that keeps all the bandwidth."),
+    solution="""b: double_binary_tree/Simple. On 64 ranks the ring pays 2(N-1) = 126 latencies,
+1.26 s before a byte moves; the binomial tree moves the whole 16 MiB 2·6 = 12 times, about 2 s;
+the double binary tree moves about 2·S per port in about 2·log2 64 + K steps, near 1 s. And 16 MiB
+is bandwidth-bound: LL would halve the bandwidth to save microseconds, so Simple.
+Check: tune(64, [16 << 20], TESTBED, ["ring", "tree", "double_binary_tree"]).""",
+    key="""from allreduce_edu.exercises.lesson16 import check_tuner_choice
+
+check_tuner_choice("b")""")
+def check_tuner_choice(choice: str) -> Feedback:
+    """Exercise 16.2: which algorithm/protocol does tune() choose for 16 MiB on 64 testbed ranks?"""
+    hints = {
+        "a": "no: the ring wins large messages on 8 ranks, but its latency term grows with N: on "
+             "64 ranks 2(N − 1) = 126 steps of α = 10 ms are 1.26 s before a byte moves.",
+        "b": "",
+        "c": "no: many ranks make latency matter, but 16 MiB through the binomial tree is 12 "
+             "whole-buffer passes, and LL would halve the bandwidth of each.",
+        "d": "no: the algorithm is right, but LL spends half of every 8-byte store on a flag: "
+             "at 16 MiB the bytes dominate, so halving the bandwidth to save µs of α loses.",
+    }
+    right = next(k for k, v in CHOICES.items() if v == tuned_choice())
+    success = ("the double binary tree with Simple: the ring's 126 latencies and the binomial "
+               "tree's 12 passes of the buffer both cost more than its ≈ 2·S per port in "
+               "logarithmic steps, and a bandwidth-bound message keeps all the bandwidth.")
+    return multiple_choice(choice, hints, right=right, success=success)
