@@ -230,7 +230,7 @@ def plan(args):
         launch.check_arguments(args)
         return lambda: launch.run_from_args(args)
     if args.command == "demo":
-        check_world_size(args.world_size, args.transport != "local", what="-n")
+        check_world_size(args.world_size, TRANSPORTS[args.transport].processes, what="-n")
         return lambda: 0 if demo(args.world_size, args.count, transport=args.transport) else 1
     if args.op == "layernorm":
         if args.dtype not in ("float32", "float64"):
@@ -241,7 +241,7 @@ def plan(args):
         if args.device == "cuda":  # one GPU's kernels, no ranks; refused on the simulator
             from .bench import gpu
             return gpu.plan(args.rows, args.hidden, args.dtype)
-        check_world_size(args.world_size, args.transport != "local", what="-n")
+        check_world_size(args.world_size, TRANSPORTS[args.transport].processes, what="-n")
         from .bench import fused
         return lambda: fused.report(args.world_size, args.transport, args.rows, args.hidden,
                                     args.dtype, args.iters, args.warmup)
@@ -265,7 +265,7 @@ def plan(args):
             raise ValueError("--peer times an engine's own network: "
                              "it cannot cross the emulated --topology")
         args.world_size = nodes * per_node
-    check_world_size(args.world_size, args.transport != "local", what="-n")
+    check_world_size(args.world_size, TRANSPORTS[args.transport].processes, what="-n")
     return lambda: bench.command(args, algorithms, sizes, links)
 
 

@@ -16,6 +16,7 @@ import dis
 import functools
 import importlib
 import inspect
+import os
 import pkgutil
 import types
 from dataclasses import dataclass, field
@@ -216,11 +217,10 @@ def learner_or_reference(exercise_id: str, fn):
 
 def all_exercises() -> dict[str, Exercise]:
     """Every exercise of the course, by id (importing every lesson's checkers)."""
-    from .. import exercises as package
-
-    for module in pkgutil.iter_modules(package.__path__):
+    here = os.path.dirname(__file__)  # this package's folder, found without importing it
+    for module in pkgutil.iter_modules([here]):
         if module.name.startswith("lesson"):
-            importlib.import_module(f"{package.__name__}.{module.name}")
+            importlib.import_module(f"{__package__}.{module.name}")
     return dict(sorted(EXERCISES.items()))
 
 

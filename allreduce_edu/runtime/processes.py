@@ -11,9 +11,8 @@ import time
 import cloudpickle
 
 from ..comm.errors import CollectiveError, RankFailure
-from . import worker
 from .shipping import ship
-from .worker import Report
+from .worker import ClusterStart, Report, main
 
 GUARD_HINT = ("Rank processes are started with 'spawn', which re-imports your script in every "
               "rank. Put the code that creates the Cluster under\n\n"
@@ -22,18 +21,19 @@ GUARD_HINT = ("Rank processes are started with 'spawn', which re-imports your sc
 
 
 class ProcessRanks:
-    """One spawned process per rank, each a gRPC server; the parent talks to each over a pipe."""
+    """One spawned process per rank, each a gRPC server; the parent talks to each over a pipe.
+    `transport` is the row of runtime/transports.py its ranks build their communicators by."""
 
     def __init__(self, world_size: int, token: str, host: str, timeout: float, tls=None,
-                 links=None, transport: str = "grpc"):
+                 links=None, transport=None):
         # never fork: gRPC and Numba's threads are not fork-safe
         ctx = multiprocessing.get_context("spawn")
         self.conns, self.procs = [], []
         for rank in range(world_size):
             parent_end, child_end = ctx.Pipe()
-            proc = ctx.Process(target=worker.main, name=f"allreduce-edu-rank-{rank}", daemon=True,
-                               args=(worker.ClusterStart(rank, world_size, token, host, timeout,
-                                                         child_end, tls, links, transport),))
+            proc = ctx.Process(target=main, name=f"allreduce-edu-rank-{rank}", daemon=True,
+                               args=(ClusterStart(rank, world_size, token, host, timeout,
+                                                  child_end, tls, links, transport),))
             proc.start()
             child_end.close()
             self.conns.append(parent_end)

@@ -50,8 +50,7 @@ def execute(comm, run_id: int, payload: bytes, output: io.StringIO) -> Report:
         try:
             value = fn(comm, *args, **kwargs)
         finally:  # non-blocking collectives still running finish here, not in the next run
-            if comm._progress is not None:
-                comm._progress.drain()
+            comm.drain()
         report = Report(comm.rank, run_id, value=value)
     except BaseException as e:  # noqa: BLE001 - everything goes to the caller, with its traceback
         report = Report(comm.rank, run_id, error=e, traceback=traceback.format_exc(), kind="error")
@@ -190,7 +189,7 @@ class ClusterStart:
     one_shot = False
 
     def __init__(self, rank, world_size, token, host, timeout, conn, tls=None, links=None,
-                 transport="grpc"):
+                 transport=None):
         self.rank, self.world_size, self.token = rank, world_size, token
         self.host, self.timeout, self.transport = host, timeout, transport
         self.conn, self.tls, self.links = conn, tls, links
@@ -202,12 +201,9 @@ class ClusterStart:
     def connect(self):
         self._lock = threading.Lock()  # made here: a lock cannot travel to the new process
         become_rank(self.rank, self.world_size, os.getppid(), "cluster")
-        from ..comm.grpc import GrpcCommunicator
-        from ..comm.shm import ShmCommunicator
-
-        kind = ShmCommunicator if self.transport == "shm" else GrpcCommunicator
-        comm = kind(self.rank, self.world_size, token=self.token, host=self.host,
-                                timeout=self.timeout, tls=self.tls)
+        # the transport's row (runtime/transports.py) says how a rank builds its communicator
+        comm = self.transport.communicator(self.rank, self.world_size, token=self.token,
+                                           host=self.host, timeout=self.timeout, tls=self.tls)
         comm.use_links(self.links)
         self.send(("ready", comm.address))
         _, addresses = self.conn.recv()

@@ -1,0 +1,76 @@
+"""The blocking collectives over any communicator (comm.contract.Comm), each one call:
+allreduce by name, reduce, broadcast, reduce_scatter, all_gather. Introduced in lessons/02-04."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..comm.base import check_array
+
+# importing registers each algorithm; ALGORITHMS keeps this order (the lessons' order)
+# isort: off
+from . import naive  # noqa: F401 - imported to register naive and all_to_all
+from . import ring
+from . import tree
+from . import recursive  # noqa: F401 - imported to register recursive_doubling, rabenseifner
+from . import hierarchical  # noqa: F401 - needs ring; nodes from comm.links (lessons/05)
+# isort: on
+from ..ops import OPS
+from .registry import ALGORITHMS, check_op, check_root
+
+__all__ = ["allreduce", "reduce", "broadcast", "reduce_scatter", "all_gather", "OPS"]
+
+
+def allreduce(comm, x, op: str = "sum", algorithm: str = "ring") -> np.ndarray:
+    """Every rank gets op(x over all ranks), with x's shape and dtype;
+    the caller's x is never changed."""
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"rank {comm.rank}: unknown algorithm {algorithm!r}; valid algorithms: "
+                         f"{', '.join(ALGORITHMS)}")
+    return ALGORITHMS[algorithm](comm, x, op)
+
+
+def reduce(comm, x, op: str = "sum", root: int = 0) -> np.ndarray | None:
+    """Binomial-tree reduce: `root` gets op(x over all ranks); the other ranks get None
+    (as in mpi4py)."""
+    check_op(comm, op)
+    root = check_root(comm, root)
+    x = check_array(x, f"reduce input on rank {comm.rank}")
+    with comm.collective("reduce", algorithm="tree", op=op, dtype=x.dtype, shape=x.shape,
+                         root=root):
+        result = tree.reduce_tree(comm, x, op, root)
+    return result if comm.rank == root else None
+
+
+def broadcast(comm, x, root: int = 0) -> np.ndarray:
+    """Binomial-tree broadcast: every rank gets a copy of root's x
+    (all ranks pass arrays of one shape)."""
+    root = check_root(comm, root)
+    x = check_array(x, f"broadcast input on rank {comm.rank}")
+    with comm.collective("broadcast", algorithm="tree", dtype=x.dtype, shape=x.shape, root=root):
+        return tree.broadcast_tree(comm, x, root)
+
+
+def reduce_scatter(comm, x, op: str = "sum") -> np.ndarray:
+    """Ring reduce-scatter: rank r gets the reduction of piece r of
+    np.array_split(x, world_size, axis=0)."""
+    check_op(comm, op)
+    x = check_array(x, f"reduce_scatter input on rank {comm.rank}")
+    if x.ndim == 0:
+        raise ValueError(f"reduce_scatter on rank {comm.rank} needs an array with at least one "
+                         f"axis to split")
+    with comm.collective("reduce_scatter", algorithm="ring", op=op, dtype=x.dtype, shape=x.shape):
+        mine = np.array_split(x, comm.world_size, axis=0)  # views of x, never written
+        out = [None] * comm.world_size
+        out[comm.rank] = np.empty_like(mine[comm.rank])  # the only piece this rank keeps
+        return ring.reduce_scatter_ring(comm, mine, op, out=out)
+
+
+def all_gather(comm, x) -> np.ndarray:
+    """Ring all-gather: every rank's x concatenated along axis 0 in rank order
+    (lengths may differ)."""
+    x = np.atleast_1d(check_array(x, f"all_gather input on rank {comm.rank}"))
+    with comm.collective("all_gather", algorithm="ring", dtype=x.dtype, shape=x.shape[1:]):
+        pieces = [None] * comm.world_size
+        pieces[comm.rank] = x
+        return np.concatenate(ring.all_gather_ring(comm, pieces), axis=0)
