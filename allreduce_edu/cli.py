@@ -10,12 +10,13 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__, bench, course, site
+from . import bench, course, site
 from .collectives import ALGORITHMS, allreduce
 from .runtime import Cluster, launch, limits
 from .runtime.cluster import TRANSPORTS
 from .runtime.limits import check_world_size
 from .trace import format_bytes
+from .version import __version__
 
 
 def _demo_rank(comm, algorithm: str, count: int, seed: int):

@@ -9,11 +9,11 @@ from ..comm.base import check_array
 
 # importing registers each algorithm; ALGORITHMS keeps this order (the lessons' order)
 # isort: off
-from . import naive  # noqa: F401 - imported to register naive and all_to_all
-from . import ring
-from . import tree
-from . import recursive  # noqa: F401 - imported to register recursive_doubling, rabenseifner
-from . import hierarchical  # noqa: F401 - needs ring; nodes from comm.links (lessons/05)
+from .naive import allreduce_naive  # noqa: F401 - registers naive and all_to_all
+from .ring import all_gather_ring, reduce_scatter_ring
+from .tree import broadcast_tree, reduce_tree
+from .recursive import allreduce_rabenseifner  # noqa: F401 - and recursive_doubling
+from .hierarchical import hierarchical  # noqa: F401 - needs ring; nodes from comm.links (lessons/05)
 # isort: on
 from ..ops import OPS
 from .registry import ALGORITHMS, check_op, check_root
@@ -38,7 +38,7 @@ def reduce(comm, x, op: str = "sum", root: int = 0) -> np.ndarray | None:
     x = check_array(x, f"reduce input on rank {comm.rank}")
     with comm.collective("reduce", algorithm="tree", op=op, dtype=x.dtype, shape=x.shape,
                          root=root):
-        result = tree.reduce_tree(comm, x, op, root)
+        result = reduce_tree(comm, x, op, root)
     return result if comm.rank == root else None
 
 
@@ -48,7 +48,7 @@ def broadcast(comm, x, root: int = 0) -> np.ndarray:
     root = check_root(comm, root)
     x = check_array(x, f"broadcast input on rank {comm.rank}")
     with comm.collective("broadcast", algorithm="tree", dtype=x.dtype, shape=x.shape, root=root):
-        return tree.broadcast_tree(comm, x, root)
+        return broadcast_tree(comm, x, root)
 
 
 def reduce_scatter(comm, x, op: str = "sum") -> np.ndarray:
@@ -63,7 +63,7 @@ def reduce_scatter(comm, x, op: str = "sum") -> np.ndarray:
         mine = np.array_split(x, comm.world_size, axis=0)  # views of x, never written
         out = [None] * comm.world_size
         out[comm.rank] = np.empty_like(mine[comm.rank])  # the only piece this rank keeps
-        return ring.reduce_scatter_ring(comm, mine, op, out=out)
+        return reduce_scatter_ring(comm, mine, op, out=out)
 
 
 def all_gather(comm, x) -> np.ndarray:
@@ -73,4 +73,4 @@ def all_gather(comm, x) -> np.ndarray:
     with comm.collective("all_gather", algorithm="ring", dtype=x.dtype, shape=x.shape[1:]):
         pieces = [None] * comm.world_size
         pieces[comm.rank] = x
-        return np.concatenate(ring.all_gather_ring(comm, pieces), axis=0)
+        return np.concatenate(all_gather_ring(comm, pieces), axis=0)

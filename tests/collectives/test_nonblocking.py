@@ -130,6 +130,6 @@ def test_requests_of_a_failed_run_finish_before_the_next_run_and_threads_end_wit
             cluster.run(_issues_then_raises)
         results = cluster.run(lambda comm: ae.allreduce(comm, np.arange(4.0)).tolist())
         assert results == [[0.0, 3.0, 6.0, 9.0]] * 3  # nothing stale from the failed run
-        threads = [comm._progress.thread for comm in cluster._world.world.comms]
+        threads = [comm.progress().thread for comm in cluster._world.world.comms]
         assert all(t.is_alive() for t in threads)
     assert not any(t.is_alive() for t in threads)  # closing the cluster ended them
