@@ -68,9 +68,10 @@ def decode(array, world_size: int) -> tuple[int | None, tuple[int, ...] | None]:
 
 
 class Spy(Comm):
-    """The comm your function gets: rank, world_size, send, recv, sendrecv (and isend, barrier
-    where allowed), forwarded to the real Communicator; every send is written down as (dst,
-    nbytes, dtype, first position, ranks' counts). It keeps the whole contract (comm.contract)."""
+    """The comm your function gets: rank, world_size, send, recv, sendrecv (and isend, barrier,
+    collective where allowed), forwarded to the real Communicator; every send is written down as
+    (dst, nbytes, dtype, first position, ranks' counts). It keeps the whole contract
+    (comm.contract), refusing at the call what the exercise does not allow."""
 
     def __init__(self, comm, allowed=("send", "recv", "sendrecv")):
         self._comm, self._allowed = comm, tuple(allowed)
@@ -121,7 +122,8 @@ class Spy(Comm):
         return self._comm.send_buffer(dst, shape, dtype)
 
     def collective(self, *args, **kwargs):
-        """Always allowed: it only marks the messages inside as one collective."""
+        """Where allowed: the library's collectives open one, and the learner writes their own."""
+        self._check("collective")
         return self._comm.collective(*args, **kwargs)
 
     def __getattr__(self, name):
