@@ -21,7 +21,7 @@ from .._proto import rank_pb2 as pb
 from .auth import RANK_KEY, TLS, TOKEN_KEY, TokenInterceptor
 from .base import Communicator, Request
 from .errors import CollectiveError
-from .grpc_link import EXCHANGE, SERVICE, GrpcRequest, PeerLink  # noqa: F401 - EXCHANGE: tests
+from .grpc_link import EXCHANGE, SERVICE, GrpcRequest, PeerLink  # noqa: F401 - re-exported
 from .mailbox import Message
 from .wire import CHUNK_BYTES, MAX_MESSAGE_BYTES, Assembler, WireError
 
