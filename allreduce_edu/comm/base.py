@@ -186,7 +186,7 @@ class Communicator(Comm):
         """This rank's communication thread (comm.progress), started on first use."""
         with self._progress_lock:
             if self._progress is None:
-                self._progress = Progress(self.rank)
+                self._progress = Progress(self)
             return self._progress
 
     def drain(self) -> None:

@@ -13,14 +13,16 @@ import threading
 
 
 class Progress:
-    """A rank's communication thread and its queue of requests, in issue order."""
+    """A rank's communication thread and its queue of requests, in issue order
+    (`comm`: the communicator whose requests it runs)."""
 
-    def __init__(self, rank: int):
+    def __init__(self, comm):
+        self.comm = comm
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._pending: list = []
         self._lock = threading.Lock()
         self.thread = threading.Thread(target=self._loop, daemon=True,
-                                       name=f"rank{rank}-collectives")
+                                       name=f"rank{comm.rank}-collectives")
         self.thread.start()
 
     def submit(self, request):

@@ -92,7 +92,7 @@ def allreduce_hook(state: HookState, bucket) -> torch.futures.Future[torch.Tenso
     try:
         progress = progress_of(state.comm)
         state.requests.append(progress.submit(CollectiveRequest(
-            state.comm, progress, f"allreduce/{state.name}", reduce_and_complete, (grads,))))
+            progress, f"allreduce/{state.name}", reduce_and_complete, (grads,))))
     except Exception as e:  # noqa: BLE001 - a closed communicator: DDP hears it at once
         settle(error=RuntimeError(f"rank {state.comm.rank}: bucket {index} could not be issued: "
                                   f"{type(e).__name__}: {e}"))
