@@ -15,8 +15,7 @@ from .collectives import (
 from .comm.errors import CollectiveError, CollectiveMismatch, CollectiveTimeout, RankFailure
 from .fused import reduce_layernorm_broadcast
 from .runtime import TESTBED, Cluster, init, testbed
-
-__version__ = "0.1.0"
+from .version import __version__  # noqa: F401 - allreduce_edu.__version__
 
 __all__ = ["Cluster", "testbed", "TESTBED", "init",
            "allreduce", "reduce", "broadcast", "reduce_scatter", "all_gather",

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__, bench, course, site
+from . import bench, course, site
 from .collectives import ALGORITHMS, allreduce
 from .runtime import Cluster, launch, limits
 from .runtime.cluster import TRANSPORTS
 from .runtime.limits import check_world_size
 from .trace import format_bytes
+from .version import __version__
 
 
 def _demo_rank(comm, algorithm: str, count: int, seed: int):
@@ -237,7 +238,7 @@ def plan(args):
         launch.check_arguments(args)
         return lambda: launch.run_from_args(args)
     if args.command == "demo":
-        check_world_size(args.world_size, args.transport != "local", what="-n")
+        check_world_size(args.world_size, TRANSPORTS[args.transport].processes, what="-n")
         return lambda: 0 if demo(args.world_size, args.count, transport=args.transport) else 1
     if args.op == "layernorm":
         if args.dtype not in ("float32", "float64"):
@@ -248,7 +249,7 @@ def plan(args):
         if args.device == "cuda":  # one GPU's kernels, no ranks; refused on the simulator
             from .bench import gpu
             return gpu.plan(args.rows, args.hidden, args.dtype)
-        check_world_size(args.world_size, args.transport != "local", what="-n")
+        check_world_size(args.world_size, TRANSPORTS[args.transport].processes, what="-n")
         from .bench import fused
         return lambda: fused.report(args.world_size, args.transport, args.rows, args.hidden,
                                     args.dtype, args.iters, args.warmup)
@@ -279,7 +280,7 @@ def plan(args):
     if links is not None and args.peer:
         raise ValueError("--peer times an engine's own network: "
                          "it cannot cross the emulated --topology or --links")
-    check_world_size(args.world_size, args.transport != "local", what="-n")
+    check_world_size(args.world_size, TRANSPORTS[args.transport].processes, what="-n")
     return lambda: bench.command(args, algorithms, sizes, links)
 
 

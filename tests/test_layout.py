@@ -17,6 +17,7 @@ def _module_name(path: Path) -> str:
 
 
 MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+GENERATED_MODULES = {_module_name(PACKAGE / g) for g in GENERATED}
 
 
 def imports(name: str) -> set[str]:
@@ -97,3 +98,62 @@ def test_torch_is_imported_only_where_it_is_used():
         top = [n for n in ast.parse(MODULES[name].read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))]
         names = {a.name for n in top for a in n.names} | {n.module or "" for n in top if isinstance(n, ast.ImportFrom)}
         assert not any(m == "torch" or m.startswith("torch.") for m in names), f"{name} imports torch at module level"
+
+
+def test_no_module_imports_its_own_package():
+    """`from . import x` (or `from ..pkg import x` naming its own package) makes a module need its
+    package's __init__, which imports it: a cycle (the top-level modules are the package's layers,
+    checked by the cycle test)."""
+    for name, path in MODULES.items():
+        own = name.rpartition(".")[0]
+        if path.name == "__init__.py" or own == "allreduce_edu" or name in GENERATED_MODULES:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = own.split(".")[:len(own.split(".")) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            elif isinstance(node, ast.ImportFrom | ast.Import):
+                source = node.module if isinstance(node, ast.ImportFrom) else None
+                if source is None:
+                    continue
+            else:
+                continue
+            assert source != own, f"{name} imports its own package {own} (line {node.lineno})"
+
+
+def _private(attr: str) -> bool:
+    return attr.startswith("_") and not attr.startswith("__")
+
+
+def private_names(tree: ast.AST) -> set[str]:
+    """The private names a module defines: its own functions, classes, methods, attributes."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.alias):
+            names.add(node.asname or node.name.split(".")[0])
+    return {n for n in names if _private(n)}
+
+
+FRAMEWORK_NAMES = {"_esm", "_css"}  # anywidget's traits: a widget class sets them, anywidget reads them
+
+
+def test_no_private_attribute_crosses_modules():
+    """A module reads and writes only its own private names (comm._mailbox from a transport's
+    module, parent._signature from comm/group.py, comm._progress from collectives/ would fail)."""
+    trees = {name: ast.parse(path.read_text()) for name, path in MODULES.items()
+             if str(path.relative_to(PACKAGE)) not in GENERATED}
+    defined = {name: private_names(tree) for name, tree in trees.items()}
+    everywhere = set().union(*defined.values()) - FRAMEWORK_NAMES
+    crossing = []
+    for name, tree in trees.items():
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and _private(node.attr)
+                    and node.attr in everywhere - defined[name]):
+                crossing.append(f"{name}:{node.lineno} .{node.attr}")
+    assert not crossing, "private names used outside their module: " + ", ".join(crossing)

@@ -6,6 +6,8 @@ as NCCL runs collectives in stream order, MPI's `MPI_Iallreduce` progresses them
 `overlap_comm` and PyTorch DDP's reducer hand them to a side stream or thread. Every rank must
 issue the same collectives in the same order, as with the blocking calls. A blocking collective
 called while requests are pending first waits for them, so the two never run at once on one rank.
+Point-to-point messages of other threads meanwhile are their own: each collective call's state
+(signature, tag space) belongs to that call (comm.calls), never to the communicator.
 
 Nothing waits forever: every message the thread waits for has the communicator's deadline, so a
 request finishes or fails; a dead rank fails `wait()` with RankFailure on every survivor.
@@ -13,13 +15,14 @@ request finishes or fails; a dead rank fails `wait()` with RankFailure on every 
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 
 import numpy as np
 
 from ..comm.errors import CollectiveTimeout
+from ..comm.progress import Progress
+from .blocking import all_gather, allreduce, reduce_scatter
 
 
 class CollectiveRequest:
@@ -56,7 +59,8 @@ class CollectiveRequest:
             raise self._error
         return self._result
 
-    def _execute(self) -> None:
+    def execute(self) -> None:
+        """Run it (on the communication thread), keeping its result or its error."""
         self.t_start = time.perf_counter()
         try:
             self._result = self._run(self.comm, *self._args)
@@ -67,54 +71,9 @@ class CollectiveRequest:
             self._done.set()
 
 
-class Progress:
-    """A rank's communication thread and its queue of requests, in issue order."""
-
-    def __init__(self, comm):
-        self.comm = comm
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._pending: list[CollectiveRequest] = []
-        self._lock = threading.Lock()
-        self.thread = threading.Thread(target=self._loop, daemon=True,
-                                       name=f"rank{comm.rank}-collectives")
-        self.thread.start()
-
-    def submit(self, request: CollectiveRequest) -> CollectiveRequest:
-        with self._lock:
-            self._pending = [r for r in self._pending if not r.done()] + [request]
-        self._queue.put(request)
-        return request
-
-    def drain(self) -> None:
-        """Wait for every pending request (their errors stay with them, for their own wait)."""
-        with self._lock:
-            pending = list(self._pending)
-        for request in pending:
-            try:
-                request.wait()
-            except Exception:  # noqa: BLE001, S110 - reported by the request's own wait()
-                pass
-
-    def _loop(self) -> None:
-        while (request := self._queue.get()) is not None:
-            request._execute()
-
-    def close(self) -> None:
-        """Finish what is pending, then end the thread."""
-        self.drain()
-        self._queue.put(None)
-        self.thread.join(5)
-
-
-_STARTING = threading.Lock()
-
-
 def progress_of(comm) -> Progress:
-    """The rank's communication thread, started on first use (once, whichever thread asks)."""
-    with _STARTING:
-        if comm._progress is None:
-            comm._progress = Progress(comm)
-        return comm._progress
+    """The rank's communication thread (comm.progress.Progress), started on first use."""
+    return comm.progress()
 
 
 def _issue(comm, name: str, run, *args) -> CollectiveRequest:
@@ -124,24 +83,18 @@ def _issue(comm, name: str, run, *args) -> CollectiveRequest:
 
 def iallreduce(comm, x, op: str = "sum", algorithm: str = "ring") -> CollectiveRequest:
     """Start `allreduce(comm, x, op, algorithm)`; x is copied now, so you may change it after."""
-    from . import allreduce
-
     return _issue(comm, f"allreduce/{algorithm}",
                   lambda c, a: allreduce(c, a, op, algorithm), np.array(x))
 
 
 def ireduce_scatter(comm, x, op: str = "sum", algorithm: str = "ring") -> CollectiveRequest:
     """Start `reduce_scatter(comm, x, op, algorithm)` (x copied now)."""
-    from . import reduce_scatter
-
     return _issue(comm, "reduce_scatter", lambda c, a: reduce_scatter(c, a, op, algorithm),
                   np.array(x))
 
 
 def iall_gather(comm, x, algorithm: str = "ring") -> CollectiveRequest:
     """Start `all_gather(comm, x, algorithm)` (x copied now)."""
-    from . import all_gather
-
     return _issue(comm, "all_gather", lambda c, a: all_gather(c, a, algorithm), np.array(x))
 
 

@@ -27,8 +27,6 @@ def reduce_scatter_ring(comm, pieces: list[np.ndarray], op: str = "sum", last=No
     right, left = (r + 1) % n, (r - 1) % n
     out = pieces if out is None else out
     reduced = pieces[(r - 1) % n]  # what step 0 sends: this rank's own chunk
-    # a send buffer: in the shm transport's segment, where the next step sends it from
-    buffer = getattr(comm, "send_buffer", lambda dst, shape, dtype: np.empty(shape, dtype))
     for step in range(n - 1):
         # step s: send chunk (r - s - 1) % n right, reduce chunk (r - s - 2) % n from the left
         send, into = (r - step - 1) % n, (r - step - 2) % n
@@ -39,7 +37,7 @@ def reduce_scatter_ring(comm, pieces: list[np.ndarray], op: str = "sum", last=No
         # each chunk is reduced once per rank; all but the last go right at the next step, so
         # they are reduced straight into the send buffer (shm: the segment the next step sends)
         reduced = (out[into] if step == n - 2 or out is pieces
-                   else buffer(right, pieces[into].shape, pieces[into].dtype))
+                   else comm.send_buffer(right, pieces[into].shape, pieces[into].dtype))
         OPS[op](pieces[into], incoming, out=reduced)
     if n == 1 and out is not pieces:
         out[r][...] = pieces[r]

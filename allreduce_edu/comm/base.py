@@ -9,8 +9,11 @@ import time
 import numpy as np
 
 from ..trace import Event, Receive, Trace
+from .calls import Calls
+from .contract import Comm
 from .errors import CollectiveError
 from .mailbox import Mailbox, Message, Signature
+from .progress import Progress
 
 #: dtypes that may travel on the wire (numbers only: never objects, never pickles)
 WIRE_DTYPES = frozenset(np.dtype(t).name for t in (
@@ -37,9 +40,10 @@ class Request:
     """
 
     def __init__(self, comm: Communicator, dst: int, tag: str, nbytes: int, step: int, chunk):
-        self._comm, self._done, self.via = comm, False, comm.transport
+        self.comm, self._done, self.via = comm, False, comm.transport
         self.dst, self.tag, self.nbytes, self.step, self.chunk = dst, tag, nbytes, step, chunk
         self.t_start = time.perf_counter()
+        self.collective = ""  # the collective it belongs to ("allreduce/ring"), set by isend
 
     # transports override: block until the peer acknowledged
     def _wait(self, deadline: float) -> None:
@@ -48,25 +52,23 @@ class Request:
     def wait(self, timeout: float | None = None) -> None:
         if self._done:
             return
-        self._wait(time.monotonic() + (self._comm.timeout if timeout is None else timeout))
+        self._wait(time.monotonic() + (self.comm.timeout if timeout is None else timeout))
         self._done = True
-        c = self._comm
-        sig = c._signature
+        c = self.comm
         c.trace.record(Event(c.rank, self.dst, self.tag, self.step, self.nbytes, self.t_start,
-                             time.perf_counter(), self.chunk,
-                             f"{sig.collective}/{sig.algorithm}".rstrip("/") if sig else "",
-                             self.via))
+                             time.perf_counter(), self.chunk, self.collective, self.via))
 
 
-class Communicator:
+class Communicator(Comm):
     """What an algorithm sees of the world: its `rank`, the `world_size`,
-    and send/recv between ranks.
+    and send/recv between ranks (the contract: comm.contract.Comm).
 
-    Transports implement `_post` (start moving a message to `dst`); everything else is shared.
+    Transports implement `_post` (start moving a message to `dst`) and hand arriving messages to
+    `deliver`; everything else is shared. Each collective call's state is its own
+    (comm.calls.CollectiveCall), so threads of one rank never mix theirs.
     """
 
     transport = "local"  # what carries its messages (each Request may say otherwise)
-    _progress = None  # the communication thread of non-blocking collectives, once one is issued
 
     def __init__(self, rank: int, world_size: int, timeout: float = 30.0):
         if not 0 <= rank < world_size:
@@ -75,8 +77,9 @@ class Communicator:
         self.trace = Trace()
         self._mailbox = Mailbox(rank, world_size)
         self._epoch = 0
-        self._collective_id = 0
-        self._signature: Signature | None = None
+        self._calls = Calls()
+        self._progress: Progress | None = None  # the communication thread, once one is asked for
+        self._progress_lock = threading.Lock()
         # emulated links (allreduce_edu.comm.links): delay each send as its link would
         self.links = None
         self.ranks_per_node: int | None = None  # consecutive ranks that share a node; None: unknown
@@ -93,7 +96,7 @@ class Communicator:
     # --- point to point -------------------------------------------------------------------
     def isend(self, dst: int, array, tag: str, *, step: int = -1, chunk=None) -> Request:
         """Start sending `array` to rank `dst`; returns a Request to `wait()` on."""
-        self._check_peer(dst, "dst")
+        self.check_peer(dst, "dst")
         if not isinstance(tag, str):
             raise TypeError(f"rank {self.rank}: tag must be a string, got {tag!r}")
         if not -1 <= step < 1 << 20:
@@ -102,12 +105,14 @@ class Communicator:
         array = check_array(array)
         chunk = ((chunk, chunk + 1) if isinstance(chunk, (int, np.integer))
                  else (tuple(chunk) if chunk else None))
-        msg = Message(self.rank, tag, array, self._epoch, self._current_id(), self._signature, step)
+        call = self._calls.current()
+        msg = Message(self.rank, tag, array, self._epoch, call.collective_id if call else 0,
+                      call.signature if call else None, step)
         t_start = time.perf_counter()
         if self.links is not None:  # the emulated link's time is part of the send
             self.links.transmit(self.rank, dst, array.nbytes)
         request = self._post(dst, msg, chunk)
-        request.t_start = t_start
+        request.t_start, request.collective = t_start, call.label if call else ""
         return request
 
     def send(self, dst: int, array, tag: str, *, step: int = -1, chunk=None) -> None:
@@ -117,11 +122,13 @@ class Communicator:
 
     def recv(self, src: int, tag: str, timeout: float | None = None) -> np.ndarray:
         """Wait for the next array `src` sent with `tag`; raises instead of waiting forever."""
-        self._check_peer(src, "src")
+        self.check_peer(src, "src")
         t_start = time.perf_counter()
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        msg = self._mailbox.take(src, tag, self._epoch, self._current_id(), self._signature,
-                                 deadline, self._pump(src))
+        call = self._calls.current()
+        deadline = time.monotonic() + (timeout if timeout is not None
+                                       else call.timeout if call else self.timeout)
+        msg = self._mailbox.take(src, tag, self._epoch, call.collective_id if call else 0,
+                                 call.signature if call else None, deadline, self._pump(src))
         self.trace.record_receive(Receive(self.rank, src, tag, msg.step, msg.array.nbytes, t_start,
                                           msg.t_arrived, time.perf_counter()))
         return msg.array
@@ -142,49 +149,56 @@ class Communicator:
         receiver's: do not write to it again."""
         return np.empty(shape, dtype)
 
-    def barrier(self) -> None:
-        """Return once every rank has called barrier
-        (dissemination: ⌈log2 N⌉ rounds of empty messages)."""
-        with self.collective("barrier"):
-            empty = np.empty(0, np.uint8)
-            distance, step = 1, 0
-            while distance < self.world_size:
-                # step s: tell rank + 2^s you are here, hear from rank - 2^s
-                self.sendrecv((self.rank + distance) % self.world_size, empty,
-                              (self.rank - distance) % self.world_size, "barrier", step=step)
-                distance, step = distance * 2, step + 1
-
     # --- collectives ----------------------------------------------------------------------
     @contextlib.contextmanager
     def collective(self, name: str, *, algorithm: str = "", op: str = "", dtype="", shape=(),
                    root: int = -1):
-        """Mark the messages inside as one collective, so ranks that disagree on it fail loudly.
+        """Mark the messages this thread sends and receives inside as one collective call, so ranks
+        that disagree on it fail loudly; yields the call (comm.calls.CollectiveCall).
 
         Nested calls (ring all-reduce calling reduce-scatter) belong to the outermost collective.
         """
-        progress = self._progress  # non-blocking collectives first (collectives/nonblocking.py):
-        if progress is not None and threading.current_thread() is not progress.thread:
-            progress.drain()  # the signature below may be theirs until they are done
-        if self._signature is not None:
-            yield
+        call = self._calls.current()
+        if call is not None:
+            call.depth += 1
+            try:
+                yield call
+            finally:
+                call.depth -= 1
             return
-        self._collective_id += 1
-        self._signature = Signature(name, algorithm, op,
-                                    np.dtype(dtype).name if dtype != "" else "",
-                                    tuple(int(s) for s in shape), root)
-        self._mailbox.discard_collectives_before(self._epoch, self._collective_id)
+        progress = self._progress  # non-blocking collectives first: ranks number calls in order
+        if progress is not None and threading.current_thread() is not progress.thread:
+            progress.drain()
+        call = self._calls.open(Signature(name, algorithm, op,
+                                          np.dtype(dtype).name if dtype != "" else "",
+                                          tuple(int(s) for s in shape), root), self.timeout)
+        self._mailbox.discard_collectives_before(self._epoch, call.collective_id)
         try:
-            yield
+            yield call
         finally:
-            self._signature = None
+            self._calls.close()
 
-    def _current_id(self) -> int:
-        return self._collective_id if self._signature is not None else 0
+    def current_call(self):
+        """The calling thread's collective call (comm.calls.CollectiveCall), or None outside one."""
+        return self._calls.current()
+
+    def progress(self) -> Progress:
+        """This rank's communication thread (comm.progress), started on first use."""
+        with self._progress_lock:
+            if self._progress is None:
+                self._progress = Progress(self)
+            return self._progress
+
+    def drain(self) -> None:
+        """Wait for every non-blocking collective this rank issued (their errors stay theirs)."""
+        if self._progress is not None:
+            self._progress.drain()
 
     # --- lifecycle (called by the Cluster) ------------------------------------------------
     def begin_run(self, epoch: int) -> None:
         """Start a fresh run: new epoch, empty trace, no abort pending."""
-        self._epoch, self._collective_id, self._signature = epoch, 0, None
+        self._epoch = epoch
+        self._calls.reset()
         self.trace.clear()
         self._mailbox.reset(epoch)
 
@@ -194,11 +208,24 @@ class Communicator:
 
     def close(self) -> None:
         """Release the transport's resources (transports call this first)."""
-        if self._progress is not None:  # the communication thread of non-blocking collectives
-            self._progress.close()
-            self._progress = None
+        with self._progress_lock:
+            progress, self._progress = self._progress, None
+        if progress is not None:  # the communication thread of non-blocking collectives
+            progress.close()
 
     # --- for transports -------------------------------------------------------------------
+    def deliver(self, msg: Message) -> None:
+        """A whole message has arrived: into this rank's mailbox, where `recv` finds it."""
+        self._mailbox.deliver(msg)
+
+    def peer_failed(self, src: int, reason: str) -> None:
+        """Peer `src` is gone: waits on it raise RankFailure instead of timing out."""
+        self._mailbox.peer_failed(src, reason)
+
+    def pending(self) -> int:
+        """How many arrived messages wait unreceived (for tests and leak checks)."""
+        return self._mailbox.pending()
+
     def _post(self, dst: int, msg: Message, chunk) -> Request:
         raise NotImplementedError
 
@@ -207,7 +234,8 @@ class Communicator:
         that reads the transport on the caller's thread (the shm transport: no thread hop)."""
         return None
 
-    def _check_peer(self, peer, what: str) -> None:
+    def check_peer(self, peer, what: str) -> None:
+        """ValueError unless `peer` is a rank of this world."""
         if not isinstance(peer, (int, np.integer)) or not 0 <= peer < self.world_size:
             raise ValueError(f"rank {self.rank}: {what}={peer!r} is not a rank of this world "
                              f"(valid: 0..{self.world_size - 1})")

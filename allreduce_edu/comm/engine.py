@@ -58,8 +58,8 @@ class EngineRequest(Request):
 
     def _wait(self, deadline: float) -> None:
         for handle in self._handles:
-            if not self._comm._wait(handle, deadline):
-                raise CollectiveTimeout(f"rank {self._comm.rank}: rank {self.dst} did not take "
+            if not self.comm._wait(handle, deadline):
+                raise CollectiveTimeout(f"rank {self.comm.rank}: rank {self.dst} did not take "
                                         f"{self.tag!r} ({self.nbytes} bytes) before the deadline",
                                         ranks=(self.dst,))
         self._handles = self._keep = ()
@@ -79,7 +79,7 @@ class EngineCommunicator(Communicator):
     def _post(self, dst: int, msg: Message, chunk) -> Request:
         if dst == self.rank:  # to itself: straight into the mailbox, as the gRPC transport does
             msg.array = msg.array.copy()
-            self._mailbox.deliver(msg)
+            self.deliver(msg)
             return EngineRequest(self, dst, msg.tag, msg.array.nbytes, msg.step, chunk, (), ())
         tag, header = crc(msg.tag) % self.tag_limit, pack_header(msg)
         array = msg.array if msg.array.flags.writeable else msg.array.copy()
@@ -92,42 +92,45 @@ class EngineCommunicator(Communicator):
         """The next array `src` sent with `tag`: the header first, then the bytes it announces."""
         if src == self.rank:
             return super().recv(src, tag, timeout)
-        self._check_peer(src, "src")
+        self.check_peer(src, "src")
         t_start = time.perf_counter()
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        call = self.current_call()
+        deadline = time.monotonic() + (timeout if timeout is not None
+                                       else call.timeout if call else self.timeout)
         number, header = crc(tag) % self.tag_limit, np.zeros(HEADER, np.int64)
-        self._receive(src, number, header, deadline, tag)
+        self._receive(src, number, header, deadline, tag, call)
         tag_crc, collective_id, signature, step, dtype, ndim, nbytes = (int(v) for v in header[:7])
-        self._check(src, tag, tag_crc, collective_id, signature)
+        self._check(src, tag, tag_crc, collective_id, signature, call)
         array = np.empty(tuple(int(d) for d in header[7:7 + ndim]), DTYPES[dtype])
         if array.nbytes:
-            self._receive(src, number, as_bytes(array), deadline, tag)
+            self._receive(src, number, as_bytes(array), deadline, tag, call)
         t_end = time.perf_counter()
         self.trace.record_receive(Receive(self.rank, src, tag, step, nbytes, t_start, t_end, t_end))
         return array
 
     def _receive(self, src: int, number: int, buffer: np.ndarray, deadline: float,
-                 tag: str) -> None:
+                 tag: str, call) -> None:
         if not self._wait(self._irecv(src, number, buffer), deadline):
-            sig = f"in {self._signature}" if self._signature else "(plain recv)"
+            sig = f"in {call.signature}" if call else "(plain recv)"
             raise CollectiveTimeout(f"rank {self.rank} waited past its deadline for {tag!r} "
                                     f"from rank {src} {sig}; "
                                     f"is rank {src} stuck, or did it call something else?",
                                     ranks=(src,))
 
-    def _check(self, src: int, tag: str, tag_crc: int, collective_id: int, signature: int) -> None:
+    def _check(self, src: int, tag: str, tag_crc: int, collective_id: int, signature: int,
+               call) -> None:
         """Fail loudly when the message is not the one this rank is waiting for."""
         if tag_crc != crc(tag):
             raise CollectiveMismatch(f"rank {self.rank} waited for {tag!r} from rank {src} "
                                      f"but got another tag (crc32 {tag_crc}) under the same "
                                      f"integer tag; rename one of the two tags",
                                      ranks=(src, self.rank))
-        mine = crc(str(self._signature)) if self._signature else 0
-        if (collective_id, signature) != (self._current_id(), mine):
+        mine = (call.collective_id, crc(str(call.signature))) if call else (0, 0)
+        if (collective_id, signature) != mine:
             raise CollectiveMismatch(
                 f"rank {src} sent {tag!r} from its collective #{collective_id} "
-                f"but rank {self.rank} is in collective #{self._current_id()} "
-                f"({self._signature or 'plain recv'}), or they called it with different "
+                f"but rank {self.rank} is in collective #{mine[0]} "
+                f"({call.signature if call else 'plain recv'}), or they called it with different "
                 f"shape, dtype, op or algorithm. "
                 f"Every rank must call the same collectives in the same order.",
                 ranks=(src, self.rank))

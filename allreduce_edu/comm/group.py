@@ -9,8 +9,12 @@ all-reduce's phases), any algorithm runs on a Group as on the world.
 
 from __future__ import annotations
 
+import contextlib
 
-class Group:
+from .contract import Comm
+
+
+class Group(Comm):
     """`ranks` of `comm` (this rank among them) as a communicator of `len(ranks)` ranks,
     named `name`."""
 
@@ -21,8 +25,6 @@ class Group:
                              f"got {ranks}")
         self.parent, self.ranks, self.name = comm, ranks, name
         self.rank, self.world_size = ranks.index(comm.rank), len(ranks)
-        # the parent's messages are this group's messages
-        self.timeout, self.trace = comm.timeout, comm.trace
         self.ranks_per_node: int | None = None  # a group is flat unless told otherwise
 
     def __repr__(self) -> str:
@@ -41,14 +43,17 @@ class Group:
         return self.parent.recv(self.ranks[src], f"{self.name}/{tag}", timeout)
 
     def sendrecv(self, dst, array, src, tag, **kw):
+        """The parent's sendrecv, in this group's numbering and tags."""
         return self.parent.sendrecv(self.ranks[dst], array, self.ranks[src], f"{self.name}/{tag}",
                                     **kw)
 
+    @contextlib.contextmanager
     def collective(self, *args, **kwargs):
         """Part of the collective the whole world is in: only some ranks are in a group, so a
-        collective of the group alone would put the world's ranks out of step."""
-        if self.parent._signature is None:
-            raise RuntimeError(f"rank {self.parent.rank}: a collective on {self!r} must run inside "
-                               f"a collective of the whole world (as the hierarchical all-reduce's "
-                               f"phases do)")
-        return self.parent.collective(*args, **kwargs)
+        collective of the group alone would put the world's ranks out of step (a barrier too)."""
+        with self.parent.collective(*args, **kwargs) as call:
+            if call is not None and call.depth == 1:  # it opened a call of its own: refused
+                raise RuntimeError(f"rank {self.parent.rank}: a collective on {self!r} must run "
+                                   f"inside a collective of the whole world (as the hierarchical "
+                                   f"all-reduce's phases do)")
+            yield call

@@ -8,146 +8,26 @@ dies ends the stream, which fails every later send to it and every recv from it 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-import queue
-import threading
 import time
 from concurrent import futures
 
 import grpc
+import numpy as np
 
 from .._proto import rank_pb2 as pb
-from .._proto import rank_pb2_grpc
-from .auth import RANK_KEY, TLS, TOKEN_KEY, TokenInterceptor, channel
+from .auth import RANK_KEY, TLS, TOKEN_KEY, TokenInterceptor
 from .base import Communicator, Request
-from .errors import CollectiveError, CollectiveTimeout, RankFailure
+from .errors import CollectiveError
+from .grpc_link import EXCHANGE, SERVICE, GrpcRequest, PeerLink  # noqa: F401 - re-exported
 from .mailbox import Message
-from .wire import CHUNK_BYTES, MAX_MESSAGE_BYTES, Assembler, WireError, encode_frames
+from .wire import CHUNK_BYTES, MAX_MESSAGE_BYTES, Assembler, WireError
 
 log = logging.getLogger("allreduce_edu")
 
-SERVICE = pb.DESCRIPTOR.services_by_name["Rank"].full_name  # "allreduce_edu.Rank"
-EXCHANGE = f"/{SERVICE}/Exchange"
 SERVER_OPTIONS = [("grpc.so_reuseport", 0)]  # one port, one rank
-
-
-class GrpcRequest(Request):
-    """A send in flight on a peer's stream; done once its last frame is encoded
-    (the data is on its way)."""
-
-    def __init__(self, *args):
-        super().__init__(*args)
-        self._event, self._error = threading.Event(), None
-
-    def finish(self, error: CollectiveError | None = None) -> None:
-        self._error = self._error or error
-        self._event.set()
-
-    def _wait(self, deadline: float) -> None:
-        if not self._event.wait(max(deadline - time.monotonic(), 0)):
-            c = self._comm
-            raise CollectiveTimeout(f"rank {c.rank}: rank {self.dst} did not take {self.tag!r} "
-                                    f"({self.nbytes} bytes) before the deadline", ranks=(self.dst,))
-        if self._error is not None:
-            raise self._error
-
-
-class PeerLink:
-    """This rank's one-way pipe to one peer:
-    a client stream of frames that stays open for the cluster's life."""
-
-    def __init__(self, comm: GrpcCommunicator, dst: int, address: str):
-        self.comm, self.dst, self.address = comm, dst, address
-        self.channel = channel(address, comm.tls)
-        self._outbox: queue.SimpleQueue = queue.SimpleQueue()
-        self._pending: dict[int, GrpcRequest] = {}
-        self._lock = threading.Lock()
-        self._seq = 0
-        self._error: RankFailure | None = None
-
-    def open(self, timeout: float) -> None:
-        """Wait for the peer to answer Ping, then open the Exchange stream."""
-        md = self.comm.metadata
-        try:
-            grpc.channel_ready_future(self.channel).result(timeout=timeout)
-            reply = rank_pb2_grpc.RankStub(self.channel).Ping(pb.PingRequest(src=self.comm.rank),
-                                                             metadata=md, timeout=timeout)
-        except (grpc.FutureTimeoutError, grpc.RpcError) as e:
-            why = (e.details() if isinstance(e, grpc.RpcError)
-                   else f"no answer within {timeout:.0f} s")
-            raise RankFailure(f"rank {self.comm.rank} cannot reach rank {self.dst} at "
-                              f"{self.address}: {why}", ranks=(self.dst,)) from None
-        if (reply.rank, reply.world_size) != (self.dst, self.comm.world_size):
-            raise RankFailure(f"{self.address} is rank {reply.rank} of {reply.world_size}, "
-                              f"not rank {self.dst} of {self.comm.world_size}", ranks=(self.dst,))
-        self.peer = reply  # its host and shared-memory socket, for the shm transport
-        exchange = self.channel.stream_unary(EXCHANGE, request_serializer=None,
-                                             response_deserializer=pb.ExchangeSummary.FromString)
-        self._call = exchange.future(self._frames(), metadata=md)
-        # runs when the stream ends: the peer closed or died
-        self._call.add_done_callback(self._ended)
-
-    def post(self, msg: Message, request: GrpcRequest) -> None:
-        with self._lock:
-            if self._error is not None:
-                raise self._error
-            self._seq += 1
-            self._pending[self._seq] = request
-            # under the lock: threads sending at once keep seq order
-            self._outbox.put((msg, self._seq))
-
-    def _frames(self):
-        """The request stream: encode each message as gRPC asks for more
-        (so gRPC's flow control holds senders back)."""
-        while (item := self._outbox.get()) is not None:
-            msg, seq = item
-            frames = encode_frames(msg, seq, self.comm.chunk_bytes)
-            frame = next(frames)
-            for following in frames:
-                yield frame
-                frame = following
-            with self._lock:  # the last frame holds a copy of the data: the sender's buffer is free
-                request = self._pending.pop(seq, None)
-            if request is not None:
-                request.finish()
-            yield frame
-
-    def _ended(self, call) -> None:
-        if self.comm.closing:
-            return
-        try:
-            reason = f"{call.code().name}: {call.details()}"
-        except Exception:  # noqa: BLE001 - a cancelled future has no details
-            reason = "its stream ended"
-        error = RankFailure(f"rank {self.dst} is gone (rank {self.comm.rank}'s stream to it at "
-                            f"{self.address} ended: {reason})", ranks=(self.dst,))
-        self.fail(error)
-        self.comm._mailbox.peer_failed(self.dst, f"its connection ended ({reason})")
-
-    def fail(self, error: CollectiveError, forever: bool = True) -> None:
-        """Finish every send in flight with `error` (and, if `forever`, every later one)."""
-        with self._lock:
-            if forever:
-                self._error = error
-            pending, self._pending = self._pending, {}
-        for request in pending.values():
-            request.finish(error)
-
-    def finish(self) -> None:
-        """End the stream: the receiver reads what is queued, then answers."""
-        self._outbox.put(None)
-
-    def drained(self, timeout: float) -> None:
-        """Wait until the receiver has read the whole stream (or gave up on it)."""
-        try:
-            self._call.result(timeout=timeout)
-        except Exception:  # noqa: BLE001 - a peer that left first already read all it needed
-            pass
-
-    def close(self) -> None:
-        self._outbox.put(None)
-        self.channel.close()
 
 
 def host_identity() -> str:
@@ -162,24 +42,28 @@ def host_identity() -> str:
 
 
 class GrpcCommunicator(Communicator):
-    """A rank whose messages travel over gRPC between processes (or machines)."""
+    """A rank whose messages travel over gRPC between processes (or machines), or, given
+    `nearby` (the shm transport: comm.shm.ShmLinks), over shared memory to peers on this machine.
 
-    transport = "grpc"
-    shm_socket = ""  # the shm transport's doorbell socket; "" = messages only over gRPC
+    `routes` is the peer -> link table its sends and receives read: a gRPC PeerLink
+    (comm.grpc_link) to every peer, replaced by a ShmLink (comm.shm_link) where `nearby` made one.
+    """
 
     def __init__(self, rank: int, world_size: int, *, token: str, host: str = "127.0.0.1",
                  port: int = 0, timeout: float = 30.0, max_message_bytes: int = MAX_MESSAGE_BYTES,
-                 chunk_bytes: int = CHUNK_BYTES, tls: TLS | None = None):
+                 chunk_bytes: int = CHUNK_BYTES, tls: TLS | None = None, nearby=None):
         super().__init__(rank, world_size, timeout)
         if not token:
             raise ValueError("a gRPC rank needs the cluster's token: ranks refuse calls without it")
-        self.tls = tls
+        self.tls, self.token = tls, token
         # a callable(JoinRequest, context) -> JoinReply on the rank that hosts one
         self.rendezvous = None
         self.metadata = ((TOKEN_KEY, token), (RANK_KEY, str(rank)))
         self.max_message_bytes, self.chunk_bytes = max_message_bytes, chunk_bytes
         self.closing = False
-        self._links: dict[int, PeerLink] = {}
+        self.streams: dict[int, PeerLink] = {}  # the gRPC link to every peer
+        self.routes: dict = {}  # peer -> the link its messages take (gRPC, or shared memory)
+        self.transport = "grpc" if nearby is None else "shm"
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=world_size + 8,
                                        thread_name_prefix=f"rank{rank}-server"),
@@ -196,33 +80,64 @@ class GrpcCommunicator(Communicator):
                  else self._server.add_insecure_port(f"{host}:{port}"))
         if not bound:
             raise OSError(f"rank {rank} could not bind {host}:{port}")
+        # links to peers on this machine: made before serving, so Ping can name its socket
+        self.nearby = None if nearby is None else nearby(self)
         self._server.start()
         self.address = f"{host}:{bound}"
 
+    @property
+    def shm_socket(self) -> str:
+        """The shm transport's doorbell socket; "" = messages only over gRPC."""
+        return "" if self.nearby is None else self.nearby.name
+
     def connect(self, addresses: list[str], timeout: float | None = None) -> None:
-        """Open a stream to every peer (after rendezvous handed out `addresses`, one per rank)."""
+        """Open a stream to every peer (after rendezvous handed out `addresses`, one per rank),
+        then, with `nearby`, a shared-memory link to every peer on this machine."""
         if len(addresses) != self.world_size:
             raise ValueError(f"{len(addresses)} addresses for a world of {self.world_size}")
+        timeout = self.timeout if timeout is None else timeout
         for dst, address in enumerate(addresses):
             if dst != self.rank:
-                self._links[dst] = PeerLink(self, dst, address)
-                self._links[dst].open(self.timeout if timeout is None else timeout)
+                self.streams[dst] = PeerLink(self, dst, address)
+                self.streams[dst].open(timeout)
+        self.routes = dict(self.streams)
+        if self.nearby is not None:
+            me = host_identity()
+            here = {dst: link.peer.shm for dst, link in self.streams.items()
+                    if me and link.peer.host == me and link.peer.shm}
+            self.routes.update(self.nearby.connect(here, time.monotonic() + timeout))
 
     def _post(self, dst: int, msg: Message, chunk) -> Request:
         self._check_size(msg)
-        request = GrpcRequest(self, dst, msg.tag, msg.array.nbytes, msg.step, chunk)
         if dst == self.rank:  # to itself: straight into the mailbox
+            request = Request(self, dst, msg.tag, msg.array.nbytes, msg.step, chunk)
             msg.array = msg.array.copy()
-            self._mailbox.deliver(msg)
-            request.finish()
-        else:
-            request.via = "grpc"
-            self._links[dst].post(msg, request)
-        return request
+            self.deliver(msg)
+            return request
+        return self.routes[dst].send(msg, chunk)
+
+    def recv(self, src: int, tag: str, timeout: float | None = None) -> np.ndarray:
+        link = self.routes.get(src)
+        with link.receiving() if link is not None else contextlib.nullcontext():
+            return super().recv(src, tag, timeout)
+
+    def send_buffer(self, dst: int, shape, dtype) -> np.ndarray:
+        link = self.routes.get(dst)
+        return (link.send_buffer(shape, dtype) if link is not None
+                else super().send_buffer(dst, shape, dtype))
+
+    def _pump(self, src: int):
+        link = self.routes.get(src)
+        return None if link is None else link.pump
 
     def peers_on_shm(self) -> list[int]:
         """The ranks this one reaches through shared memory (none: every message is gRPC)."""
-        return []
+        return sorted(dst for dst, link in self.routes.items() if link.via == "shm")
+
+    def bytes_copied(self) -> int:
+        """Bytes this rank's sends have copied into shared memory (or socket frames) so far;
+        an array made by `send_buffer` is sent where it lies, uncopied (0 without shm)."""
+        return sum(link.copied for link in self.routes.values() if link.via == "shm")
 
     def _check_size(self, msg: Message) -> None:
         if msg.array.nbytes > self.max_message_bytes:
@@ -232,20 +147,22 @@ class GrpcCommunicator(Communicator):
 
     def abort(self, error: CollectiveError) -> None:
         super().abort(error)
-        for link in self._links.values():
-            link.fail(error, forever=False)
+        for link in self.routes.values():
+            link.abort(error)
 
     def close(self, drain: float = 5.0) -> None:
         """End every stream, wait up to `drain` seconds until peers have read what was sent,
-        then stop serving."""
+        then stop serving (non-blocking collectives end first, while the links still work)."""
         super().close()
         self.closing = True
+        if self.nearby is not None:
+            self.nearby.close()
         deadline = time.monotonic() + drain
-        for link in self._links.values():
+        for link in self.streams.values():
             link.finish()
-        for link in self._links.values():
+        for link in self.streams.values():
             link.drained(max(deadline - time.monotonic(), 0.01))
-        for link in self._links.values():
+        for link in self.streams.values():
             link.close()
         self._server.stop(grace=0.2).wait(2)
 
@@ -272,7 +189,7 @@ class GrpcCommunicator(Communicator):
                 log.warning("rank %d refused a frame from rank %d: %s", self.rank, assembler.src, e)
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"rank {self.rank}: {e}")
             if message is not None:
-                self._mailbox.deliver(message)
+                self.deliver(message)
         return pb.ExchangeSummary(messages=assembler.messages)
 
     def _peer_rank(self, context) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .base import Communicator, Request
-from .mailbox import Mailbox, Message
+from .mailbox import Message
 
 
 class LocalWorld:
@@ -13,8 +13,9 @@ class LocalWorld:
         self.comms = [LocalCommunicator(self, rank, world_size, timeout)
                       for rank in range(world_size)]
 
-    def mailbox(self, rank: int) -> Mailbox:
-        return self.comms[rank]._mailbox
+    def deliver(self, dst: int, msg: Message) -> None:
+        """Into rank `dst`'s mailbox."""
+        self.comms[dst].deliver(msg)
 
 
 class LocalCommunicator(Communicator):
@@ -29,5 +30,5 @@ class LocalCommunicator(Communicator):
         request = Request(self, dst, msg.tag, msg.array.nbytes, msg.step, chunk)
         # what crosses a wire is a copy: the sender may reuse its buffer
         msg.array = msg.array.copy()
-        self._world.mailbox(dst).deliver(msg)
+        self._world.deliver(dst, msg)
         return request

@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from .._proto import rank_pb2 as pb
+from .base import Request
 from .errors import CollectiveTimeout, RankFailure
 from .mailbox import Message
 from .segments import MIN_SEGMENT, POOL_BYTES, Lease, Outbox, Pool, Segment
@@ -40,6 +41,8 @@ class ShmLink:
     """This rank's link with one peer on the same machine: a SOCK_SEQPACKET Unix socket (headers,
     doorbells, segment descriptors, releases), the segments it sends from, those it reads from."""
 
+    via = "shm"
+
     def __init__(self, comm, peer: int, sock: socket.socket):
         self.comm, self.peer = comm, peer
         self.sock = sock  # for sending, with the communicator's deadline
@@ -63,6 +66,24 @@ class ShmLink:
         self._thread.start()
 
     # --- sending -------------------------------------------------------------------------------
+    def send(self, msg: Message, chunk) -> Request:
+        """Post `msg` (eager: the data is in the segment when this returns)."""
+        request = Request(self.comm, self.peer, msg.tag, msg.array.nbytes, msg.step, chunk)
+        self.post(msg)
+        return request
+
+    def send_buffer(self, shape, dtype) -> np.ndarray:
+        """An array in this link's segments, sent uncopied (small ones, or a full pool: plain)."""
+        dtype = np.dtype(dtype)
+        shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(d) for d in shape)
+        if dtype.itemsize * int(np.prod(shape)) <= INLINE_BYTES or self.error is not None:
+            return np.empty(shape, dtype)
+        outbox = self.outbox(shape, dtype)
+        return np.empty(shape, dtype) if outbox is None else outbox
+
+    def abort(self, error) -> None:
+        """Nothing in flight to fail: a posted message is already in the peer's hands."""
+
     def post(self, msg: Message) -> None:
         """Copy `msg` into a segment (or the frame) and ring the peer's doorbell."""
         nbytes = msg.array.nbytes
@@ -145,7 +166,7 @@ class ShmLink:
             self._read_one()
 
     @contextlib.contextmanager
-    def caller(self):
+    def receiving(self):
         """A recv on this link is under way: the link's own thread stands aside meanwhile."""
         with self._lock:
             self._callers += 1
@@ -198,7 +219,7 @@ class ShmLink:
         self.error = self.error or RankFailure(
             f"rank {self.peer} is gone (rank {self.comm.rank}'s shared-memory link to it ended: "
             f"{reason})", ranks=(self.peer,))
-        self.comm._mailbox.peer_failed(self.peer, f"its shared-memory link ended ({reason})")
+        self.comm.peer_failed(self.peer, f"its shared-memory link ended ({reason})")
         self._shutdown()
 
     def _take(self, data: bytes, fds: list[int], flags: int) -> None:
@@ -219,7 +240,7 @@ class ShmLink:
         else:
             message = to_message(h, self._lease(h, fds))
         if message is not None:
-            self.comm._mailbox.deliver(message)
+            self.comm.deliver(message)
 
     def _lease(self, h: pb.Header, fds: list[int]) -> np.ndarray:
         """The array a segment frame describes, in the sender's segment (checked first)."""

@@ -87,7 +87,7 @@ class PowerSGD(Scheme):
             raise ValueError(f"rank {comm.rank}: a bucket of {flat.size} values cannot hold "
                              f"tensors of shapes {shapes} ({count(shapes)} values)")
         if self.iter < self.start_powerSGD_iter:  # plain all-reduce, divided first
-            result = np.asarray(self._sum(comm, flat / comm.world_size))
+            result = np.asarray(self.summed(comm, flat / comm.world_size))
         elif self.error_feedback:
             result = self.feedback.step(key, flat, lambda m: self._round(comm, m, shapes, key))
         else:
@@ -125,12 +125,12 @@ class PowerSGD(Scheme):
         # the uncompressed tensors: one all-reduce of all of them, the mean
         if plain:
             flat_plain = np.concatenate([tensors[i] for i in plain])
-            done = np.asarray(self._sum(comm, flat_plain)) / n_ranks
+            done = np.asarray(self.summed(comm, flat_plain)) / n_ranks
             ends_plain = np.cumsum([tensors[i].size for i in plain])[:-1]
             for i, piece in zip(plain, np.split(done, ends_plain), strict=True):
                 tensors[i][...] = piece
         else:
-            self._sum(comm, np.empty(0, flat.dtype))  # as torch: three all-reduces every step
+            self.summed(comm, np.empty(0, flat.dtype))  # as torch: three all-reduces every step
         # Q: remembered (warm start) or drawn, the same on every rank; orthogonal columns
         q_shapes = [(m.shape[1], r) for m in matrices]
         remembered = self.q_memory.get(key) if self.warm_start else None
@@ -154,7 +154,7 @@ class PowerSGD(Scheme):
     def _allreduce_all(self, comm, factors: list[np.ndarray], dtype) -> list[np.ndarray]:
         """The sum over ranks of every factor, in one all-reduce of them packed together."""
         packed = np.concatenate([f.reshape(-1) for f in factors]) if factors else np.empty(0, dtype)
-        total = np.asarray(self._sum(comm, packed))
+        total = np.asarray(self.summed(comm, packed))
         ends = np.cumsum([f.size for f in factors])[:-1]
         return [piece.reshape(f.shape) for piece, f in zip(np.split(total, ends), factors,
                                                             strict=True)]

@@ -39,10 +39,10 @@ class Scheme:
 
     def __init__(self, algorithm="ring"):
         self.algorithm = algorithm  # a name in ALGORITHMS, or fn(comm, x) -> the sum over ranks
-        self._sum = summing(algorithm)
+        self.summed = summing(algorithm)
 
     def mean(self, comm, flat, shapes=None, key=0, last=True) -> np.ndarray:
-        return np.asarray(self._sum(comm, flat)) / comm.world_size
+        return np.asarray(self.summed(comm, flat)) / comm.world_size
 
     def bytes_per_step(self, shapes, dtype, world_size: int, step: int = 0) -> int:
         return ring_bytes(world_size, count(shapes) * np.dtype(dtype).itemsize)
@@ -62,7 +62,7 @@ class FP16(Scheme):
         self.divide_first = divide_first
 
     def mean(self, comm, flat, shapes=None, key=0, last=True):
-        return allreduce_fp16(comm, flat, self._sum, self.divide_first)
+        return allreduce_fp16(comm, flat, self.summed, self.divide_first)
 
     def bytes_per_step(self, shapes, dtype, world_size, step=0):
         return fp16_bytes(count(shapes), world_size)

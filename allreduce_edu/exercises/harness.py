@@ -15,6 +15,7 @@ import time
 import cloudpickle
 import numpy as np
 
+from ..comm.contract import Comm
 from ..comm.errors import CollectiveTimeout
 from ..runtime import ship
 from .feedback import failed
@@ -66,14 +67,16 @@ def decode(array, world_size: int) -> tuple[int | None, tuple[int, ...] | None]:
     return int(positions[0]), tuple(digits)
 
 
-class Spy:
-    """The comm your function gets: rank, world_size, send, recv, sendrecv (and isend where
-    allowed), forwarded to the real Communicator; every send is written down as (dst, nbytes,
-    dtype, first position, ranks' counts)."""
+class Spy(Comm):
+    """The comm your function gets: rank, world_size, send, recv, sendrecv (and isend, barrier,
+    collective where allowed), forwarded to the real Communicator; every send is written down as
+    (dst, nbytes, dtype, first position, ranks' counts). It keeps the whole contract
+    (comm.contract), refusing at the call what the exercise does not allow."""
 
     def __init__(self, comm, allowed=("send", "recv", "sendrecv")):
         self._comm, self._allowed = comm, tuple(allowed)
         self.rank, self.world_size = comm.rank, comm.world_size
+        self.ranks_per_node = comm.ranks_per_node
         self.sends: list[tuple] = []
 
     def _note(self, dst, array) -> None:
@@ -109,6 +112,19 @@ class Spy:
         self._check("sendrecv")
         self._note(dst, array)
         return self._comm.sendrecv(dst, array, src, tag, **kwargs)
+
+    def barrier(self):
+        self._check("barrier")
+        return self._comm.barrier()
+
+    def send_buffer(self, dst, shape, dtype):
+        """Always allowed: an array to fill, nothing sent."""
+        return self._comm.send_buffer(dst, shape, dtype)
+
+    def collective(self, *args, **kwargs):
+        """Where allowed: the library's collectives open one, and the learner writes their own."""
+        self._check("collective")
+        return self._comm.collective(*args, **kwargs)
 
     def __getattr__(self, name):
         if name.startswith("__"):

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import math
 
-from . import progress as _progress
 from .feedback import wrap
+from .progress import predictions
+from .progress import record_prediction as _store
 
 
 def record_prediction(key: str, value) -> None:
@@ -23,13 +24,13 @@ def record_prediction(key: str, value) -> None:
         return
     if not isinstance(value, (int, float, str)) or isinstance(value, bool):
         raise TypeError(f"a prediction is a number or a short text, not {type(value).__name__}")
-    _progress.record_prediction(str(key), value=value)
+    _store(str(key), value=value)
     print(f"Recorded your prediction for {key}: {show(value)}. A later cell measures it.")
 
 
 def recorded(key: str):
     """Your recorded guess for `key`, or None."""
-    return _progress.predictions().get(str(key), {}).get("value")
+    return predictions().get(str(key), {}).get("value")
 
 
 def compare_prediction(key: str, measured, model=None, unit: str = "") -> str:
@@ -40,7 +41,7 @@ def compare_prediction(key: str, measured, model=None, unit: str = "") -> str:
     if guess is None:
         head = f"{key}: no prediction recorded (record_prediction(\"{key}\", ...) stores one)"
     else:
-        _progress.record_prediction(str(key), unit=unit, **fields)
+        _store(str(key), unit=unit, **fields)
         head = f"{key}: you predicted {show(guess, unit)}"
     text = f"{head}, measured {show(measured, unit)}" + (
         "" if model is None else f", the model says {show(model, unit)}") + "."

@@ -17,14 +17,17 @@ import dis
 import functools
 import importlib
 import inspect
+import os
 import pkgutil
 import types
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import progress as _progress
 from .feedback import Feedback, not_attempted, wrap
+from .progress import PREDICTIONS, STATUSES, load
+from .progress import record as record_progress
+from .progress import reset as reset_progress
 
 # write a function, predict a number, pick a letter, fill in names
 KINDS = ("code", "number", "choice", "names")
@@ -95,7 +98,7 @@ def exercise(id: str, title: str, *, kind: str, hints=(), solution: str, key: st
             values, feedback = verdict(*args, **kwargs)
             if feedback.status in ("passed", "failed"):
                 ex.last = (values[0], feedback)
-                _progress.record(id, "passed" if feedback.passed else "attempted")
+                record_progress(id, "passed" if feedback.passed else "attempted")
             return feedback
 
         def demo(*args, **kwargs) -> Feedback:
@@ -189,10 +192,10 @@ def reference(exercise_id: str):
     ex = get(exercise_id)
     if ex.kind != "code":
         raise ValueError(f"exercise {ex.id} asks for {ex.kind}, not a function")
-    import allreduce_edu
-
+    # the package as a notebook sees it, looked up when a solution runs (not an import of it)
+    package = importlib.import_module(__name__.partition(".")[0])
     namespace = {"__name__": f"solution_{ex.id.replace('.', '_')}", "np": np,
-                 "allreduce_edu": allreduce_edu, **ex.needs}
+                 "allreduce_edu": package, **ex.needs}
     exec(compile(ex.solution, f"<solution {ex.id}>", "exec"),  # noqa: S102 - our own solution text
          namespace)
     return namespace[ex.function]
@@ -218,11 +221,10 @@ def learner_or_reference(exercise_id: str, fn):
 
 def all_exercises() -> dict[str, Exercise]:
     """Every exercise of the course, by id (importing every lesson's checkers)."""
-    from .. import exercises as package
-
-    for module in pkgutil.iter_modules(package.__path__):
+    here = os.path.dirname(__file__)  # this package's folder, found without importing it
+    for module in pkgutil.iter_modules([here]):
         if module.name.startswith("lesson"):
-            importlib.import_module(f"{package.__name__}.{module.name}")
+            importlib.import_module(f"{__package__}.{module.name}")
     return dict(sorted(EXERCISES.items()))
 
 
@@ -232,11 +234,11 @@ class Progress:
 
     def __init__(self, exercises: dict[str, Exercise], records: dict[str, dict]):
         self.rows = [(ex, records.get(ex.id, {})) for ex in exercises.values()]
-        guesses = records.get(_progress.PREDICTIONS)
+        guesses = records.get(PREDICTIONS)
         self.predictions = dict(sorted(guesses.items())) if isinstance(guesses, dict) else {}
 
     def counts(self) -> dict[str, int]:
-        counts = dict.fromkeys(_progress.STATUSES, 0)
+        counts = dict.fromkeys(STATUSES, 0)
         for _, record in self.rows:
             counts[record.get("status", "not started")] += 1
         return counts
@@ -271,6 +273,6 @@ def progress(reset: bool = False) -> Progress:
     """Your progress through the course's exercises and predictions; `progress(reset=True)`
     forgets it and starts over."""
     if reset:
-        _progress.reset()
+        reset_progress()
         _hints_given.clear()
-    return Progress(all_exercises(), _progress.load())
+    return Progress(all_exercises(), load())

@@ -4,7 +4,6 @@ Introduced in lessons/00."""
 from __future__ import annotations
 
 import multiprocessing
-import secrets
 import time
 import weakref
 
@@ -12,11 +11,12 @@ from ..comm.errors import CollectiveAborted, CollectiveError, CollectiveTimeout,
 from ..trace import Trace
 from .failures import abort_error, print_outputs, root_cause
 from .limits import check_world_size
-from .processes import GUARD_HINT, ProcessRanks
-from .threads import ThreadRanks
+from .processes import GUARD_HINT
+from .transports import TRANSPORTS
+from .transports import transport as transport_row
 from .worker import GRACE, Report
 
-TRANSPORTS = ("grpc", "shm", "local")
+__all__ = ["Cluster", "TRANSPORTS"]
 
 
 class Cluster:
@@ -38,12 +38,11 @@ class Cluster:
         if getattr(multiprocessing.current_process(), "_inheriting", False):
             raise RuntimeError("A Cluster was created while a rank process was starting. "
                                + GUARD_HINT)
-        check_world_size(world_size, transport != "local", max_ranks)
-        if transport not in TRANSPORTS:
-            raise ValueError(f"unknown transport {transport!r}; valid: {', '.join(TRANSPORTS)}")
+        row = transport_row(transport)
+        check_world_size(world_size, row.processes, max_ranks)
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
-        self.world_size, self.transport = world_size, transport
+        self.world_size, self.transport, self._row = world_size, transport, row
         self.timeout, self.host = timeout, host
         self.tls, self.links = tls, links
         self.trace = Trace()
@@ -55,11 +54,8 @@ class Cluster:
         self._dead: set[int] = set()
         # emulated links: one table of every rank's port, shared by this world's ranks
         links = self.links.attach(self.world_size) if self.links is not None else None
-        if self.transport != "local":
-            self._world = ProcessRanks(self.world_size, secrets.token_hex(16), self.host,
-                                       self.timeout, self.tls, links, self.transport)
-        else:
-            self._world = ThreadRanks(self.world_size, self.timeout, links)
+        self._world = self._row.ranks(self._row, self.world_size, self.timeout, self.host,
+                                      self.tls, links)
         self._finalizer = weakref.finalize(self, self._world.close)
 
     @property
@@ -180,8 +176,8 @@ def _interrupted(fn, running: list[int], replaced: list[int], world_size: int,
     if not replaced:
         return (f"cluster.run({name}) was interrupted: rank(s) {ranks} stopped their collective; "
                 f"the same {world_size} rank processes are ready for the next run.")
-    fresh = ("threads (a thread cannot be killed: the stuck one runs on, detached)"
-             if transport == "local" else "processes (new PIDs and ports)")
+    fresh = ("processes (new PIDs and ports)" if TRANSPORTS[transport].processes
+             else "threads (a thread cannot be killed: the stuck one runs on, detached)")
     return (f"cluster.run({name}) was interrupted: rank(s) {', '.join(map(str, replaced))} "
             f"did not stop within {GRACE:g} s (busy outside any collective), "
             f"so all {world_size} ranks were replaced by fresh {fresh}; "

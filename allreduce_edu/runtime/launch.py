@@ -19,6 +19,7 @@ import threading
 import time
 
 from .rendezvous import ENV, local_address, read_token
+from .transports import TRANSPORTS
 from .worker import GRACE
 
 
@@ -156,7 +157,8 @@ def add_arguments(p) -> None:
                    help="seconds any wait for a peer may take")
     p.add_argument("--rendezvous-timeout", type=float, default=60.0,
                    help="seconds to wait for every rank to join")
-    p.add_argument("--transport", choices=("grpc", "shm"), default="grpc",
+    p.add_argument("--transport", default="grpc",
+                   choices=[name for name, row in TRANSPORTS.items() if row.launchable],
                    help="shm: ranks on one machine send their bytes through shared memory "
                         "(gRPC between machines and for control); default grpc")
     p.add_argument("--tls-cert", help="PEM certificate chain (TLS between ranks; with --tls-key)")

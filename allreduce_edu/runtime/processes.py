@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.connection
+import queue
 import signal
 import sys
+import threading
 import time
 
 import cloudpickle
 
 from ..comm.errors import CollectiveError, RankFailure
-from . import worker
 from .shipping import ship
-from .worker import Report
+from .worker import ClusterStart, Report, main
 
 GUARD_HINT = ("Rank processes are started with 'spawn', which re-imports your script in every "
               "rank. Put the code that creates the Cluster under\n\n"
@@ -21,20 +22,55 @@ GUARD_HINT = ("Rank processes are started with 'spawn', which re-imports your sc
               "so the ranks do not start clusters of their own.")
 
 
+_SPAWNS: queue.SimpleQueue = queue.SimpleQueue()  # (proc, done, errors) for the spawner thread
+_SPAWNER: list[threading.Thread] = []
+_SPAWNER_LOCK = threading.Lock()
+
+
+def started(proc) -> None:
+    """Start `proc` from a thread that lives as long as this process: the kernel kills a rank when
+    the thread that started it ends (worker._die_with), so never from a thread that may end first
+    (a notebook's worker thread, a test's pool). A daemon thread is never joined, not even at
+    exit, where the Cluster's finaliser still closes its ranks gently."""
+    if threading.current_thread() is threading.main_thread():
+        return proc.start()
+    with _SPAWNER_LOCK:
+        if not _SPAWNER:
+            _SPAWNER.append(threading.Thread(target=_spawn_forever, name="allreduce-edu-spawner",
+                                             daemon=True))
+            _SPAWNER[0].start()
+    done, errors = threading.Event(), []
+    _SPAWNS.put((proc, done, errors))
+    done.wait()
+    if errors:
+        raise errors[0]
+
+
+def _spawn_forever() -> None:
+    while True:
+        proc, done, errors = _SPAWNS.get()
+        try:
+            proc.start()
+        except BaseException as e:  # noqa: BLE001 - raised on the thread that asked
+            errors.append(e)
+        done.set()
+
+
 class ProcessRanks:
-    """One spawned process per rank, each a gRPC server; the parent talks to each over a pipe."""
+    """One spawned process per rank, each a gRPC server; the parent talks to each over a pipe.
+    `transport` is the row of runtime/transports.py its ranks build their communicators by."""
 
     def __init__(self, world_size: int, token: str, host: str, timeout: float, tls=None,
-                 links=None, transport: str = "grpc"):
+                 links=None, transport=None):
         # never fork: gRPC and Numba's threads are not fork-safe
         ctx = multiprocessing.get_context("spawn")
         self.conns, self.procs = [], []
         for rank in range(world_size):
             parent_end, child_end = ctx.Pipe()
-            proc = ctx.Process(target=worker.main, name=f"allreduce-edu-rank-{rank}", daemon=True,
-                               args=(worker.ClusterStart(rank, world_size, token, host, timeout,
-                                                         child_end, tls, links, transport),))
-            proc.start()
+            proc = ctx.Process(target=main, name=f"allreduce-edu-rank-{rank}", daemon=True,
+                               args=(ClusterStart(rank, world_size, token, host, timeout,
+                                                  child_end, tls, links, transport),))
+            started(proc)
             child_end.close()
             self.conns.append(parent_end)
             self.procs.append(proc)

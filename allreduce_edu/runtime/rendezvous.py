@@ -25,7 +25,7 @@ from .._proto import rank_pb2_grpc
 from ..comm.auth import TLS, channel
 from ..comm.errors import CollectiveError, RankFailure
 from ..comm.grpc import GrpcCommunicator
-from ..comm.shm import ShmCommunicator
+from .transports import transport as transport_row
 from .worker import become_rank
 
 # prefix of this package's variables; RANK, WORLD_SIZE, MASTER_ADDR, ... are torchrun's
@@ -59,12 +59,12 @@ def init(timeout: float | None = None) -> GrpcCommunicator:
         raise RuntimeError(f"rank {rank}: no cluster token: the launcher sets {ENV}TOKEN; "
                            f"set it (or {ENV}TOKEN_FILE) to the same secret on every node")
     host = master if rank == 0 else env.get(ENV + "HOST") or local_address(master)
-    transport = env.get(ENV + "TRANSPORT", "grpc")
-    if transport not in ("grpc", "shm"):
-        raise ValueError(f"{ENV}TRANSPORT={transport!r}: use grpc or shm")
-    kind = ShmCommunicator if transport == "shm" else GrpcCommunicator
+    try:  # the transport's row (runtime/transports.py): how this rank builds its communicator
+        row = transport_row(env.get(ENV + "TRANSPORT", "grpc"), launch=True)
+    except ValueError as e:
+        raise ValueError(f"{ENV}TRANSPORT: {e}") from None
     try:
-        comm = kind(rank, world_size, token=token, host=host,
+        comm = row.communicator(rank, world_size, token=token, host=host,
                                 port=port if rank == 0 else 0, timeout=timeout, tls=_tls_from_env())
     except (OSError, RuntimeError) as e:
         raise RankFailure(f"rank {rank} cannot listen on {host}:{port if rank == 0 else 0} ({e}); "

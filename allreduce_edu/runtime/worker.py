@@ -3,12 +3,12 @@ set up, connect, run what arrives, report back."""
 
 from __future__ import annotations
 
+import ctypes
 import io
 import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -50,8 +50,7 @@ def execute(comm, run_id: int, payload: bytes, output: io.StringIO) -> Report:
         try:
             value = fn(comm, *args, **kwargs)
         finally:  # non-blocking collectives still running finish here, not in the next run
-            if comm._progress is not None:
-                comm._progress.drain()
+            comm.drain()
         report = Report(comm.rank, run_id, value=value)
     except BaseException as e:  # noqa: BLE001 - everything goes to the caller, with its traceback
         report = Report(comm.rank, run_id, error=e, traceback=traceback.format_exc(), kind="error")
@@ -110,31 +109,38 @@ def become_rank(rank: int, world_size: int, parent: int | None, role: str, *,
     os.environ.setdefault("NUMBA_NUM_THREADS", str(share))
     sys.setswitchinterval(2e-4)  # hand the GIL over often: gRPC threads and the algorithm share it
     if parent:
+        _die_with(parent)
         threading.Thread(target=_watch_parent, args=(parent,), name="parent-watch",
                          daemon=True).start()
-        _guard(parent)
 
 
 def _watch_parent(parent: int) -> None:
-    """Exit as soon as the process that started this rank is gone: no rank outlives its caller."""
+    """Exit as soon as the process that started this rank is gone: no rank outlives its caller
+    (the portable watch; on Linux the kernel's below needs no thread at all)."""
     while os.getppid() == parent:
         time.sleep(0.5)
     os._exit(1)
 
 
-def _guard(parent: int) -> None:
-    """The same watch from outside this interpreter: a rank stuck in C++ with the GIL held (seen
-    once: torch's gloo group joining its threads in a destructor) can no longer run
-    _watch_parent, so a shell loop kills it once the parent is gone; the loop ends with the rank."""
-    me = os.getpid()
-    loop = (f"while kill -0 {parent} && kill -0 {me}; do sleep 1; done 2>/dev/null; "
-            f"kill -9 {me} 2>/dev/null")
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent thread exits
+
+
+def _die_with(parent: int) -> None:
+    """Ask the kernel to SIGKILL this rank when `parent` goes: it works even while a stuck
+    interpreter holds the GIL (seen once: torch's gloo group joining its threads in a destructor),
+    with no helper process and nothing polling. The kernel watches the thread that started the
+    rank, so every starter spawns from a thread that lives as long as its process (the main
+    thread, or runtime/processes.py's spawner). Linux only; elsewhere _watch_parent remains."""
+    if not sys.platform.startswith("linux") or os.getppid() != parent:
+        return
     try:
-        subprocess.Popen(["/bin/sh", "-c", loop], stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         start_new_session=True)  # a Ctrl-C in the terminal is not for it
-    except OSError:  # no /bin/sh (Windows): the Python watch above remains
-        pass
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            return
+    except (OSError, AttributeError):  # no prctl: the Python watch remains
+        return
+    if os.getppid() != parent:  # it died before the kernel was asked to watch
+        os._exit(1)
 
 
 def main(start) -> None:
@@ -190,7 +196,7 @@ class ClusterStart:
     one_shot = False
 
     def __init__(self, rank, world_size, token, host, timeout, conn, tls=None, links=None,
-                 transport="grpc"):
+                 transport=None):
         self.rank, self.world_size, self.token = rank, world_size, token
         self.host, self.timeout, self.transport = host, timeout, transport
         self.conn, self.tls, self.links = conn, tls, links
@@ -202,12 +208,9 @@ class ClusterStart:
     def connect(self):
         self._lock = threading.Lock()  # made here: a lock cannot travel to the new process
         become_rank(self.rank, self.world_size, os.getppid(), "cluster")
-        from ..comm.grpc import GrpcCommunicator
-        from ..comm.shm import ShmCommunicator
-
-        kind = ShmCommunicator if self.transport == "shm" else GrpcCommunicator
-        comm = kind(self.rank, self.world_size, token=self.token, host=self.host,
-                                timeout=self.timeout, tls=self.tls)
+        # the transport's row (runtime/transports.py) says how a rank builds its communicator
+        comm = self.transport.communicator(self.rank, self.world_size, token=self.token,
+                                           host=self.host, timeout=self.timeout, tls=self.tls)
         comm.use_links(self.links)
         self.send(("ready", comm.address))
         _, addresses = self.conn.recv()

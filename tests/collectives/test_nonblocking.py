@@ -130,6 +130,45 @@ def test_requests_of_a_failed_run_finish_before_the_next_run_and_threads_end_wit
             cluster.run(_issues_then_raises)
         results = cluster.run(lambda comm: ae.allreduce(comm, np.arange(4.0)).tolist())
         assert results == [[0.0, 3.0, 6.0, 9.0]] * 3  # nothing stale from the failed run
-        threads = [comm._progress.thread for comm in cluster._world.world.comms]
+        threads = [comm.progress().thread for comm in cluster._world.world.comms]
         assert all(t.is_alive() for t in threads)
     assert not any(t.is_alive() for t in threads)  # closing the cluster ended them
+
+
+def _p2p_while_iallreduce(comm, rounds):
+    """The program MPI allows: a collective in flight on the communication thread, point-to-point
+    on the main thread meanwhile (issue 25)."""
+    n, r = comm.world_size, comm.rank
+    right, left = (r + 1) % n, (r - 1) % n
+    results = []
+    for i in range(rounds):
+        x = np.arange(4.0) + r + i
+        req = ae.iallreduce(comm, x)
+        got = comm.sendrecv(right, np.array([r, i]), left, tag="p2p")
+        results.append((req.wait().tolist(), got.tolist()))
+    return results
+
+
+def test_point_to_point_during_an_iallreduce_keeps_its_own_state(transport):
+    n, rounds = 4, 5
+    results = cluster_for(transport, n).run(_p2p_while_iallreduce, rounds)
+    for r, per_round in enumerate(results):
+        for i, (reduced, got) in enumerate(per_round):
+            assert reduced == (sum(np.arange(4.0) + q + i for q in range(n))).tolist()
+            assert got == [(r - 1) % n, i]  # the left neighbour's message of this round
+
+
+def _late_p2p_during_a_collective(comm):
+    req = ae.iallreduce(comm, np.ones(3))
+    try:
+        if comm.rank == 0:
+            comm.recv(1, "never-sent", timeout=0.5)  # plain: fails on its own, naming no collective
+    finally:
+        req.wait()
+
+
+def test_a_failing_plain_recv_names_no_collective_it_was_not_part_of(transport):
+    with pytest.raises(ae.CollectiveTimeout) as raised:
+        cluster_for(transport, 2).run(_late_p2p_during_a_collective)
+    text = str(raised.value)
+    assert "(plain recv)" in text and "allreduce" not in text

@@ -17,9 +17,9 @@ from allreduce_edu._proto import rank_pb2 as pb
 from allreduce_edu.collectives import ALGORITHMS, OPS
 from allreduce_edu.comm.mailbox import Message
 from allreduce_edu.comm.segments import POOL_BYTES, Pool, Segment, size_class
-from allreduce_edu.comm.shm import ShmCommunicator
 from allreduce_edu.comm.shm_link import INLINE_BYTES, MESSAGE, RELEASE
 from allreduce_edu.comm.wire import encode_frames, header_of
+from allreduce_edu.runtime.transports import TRANSPORTS
 
 
 @st.composite
@@ -40,7 +40,7 @@ def test_every_algorithm_op_dtype_and_size_on_shm(case):
 def _what_carried_a_ring(comm, count):
     ae.allreduce(comm, np.ones(count, np.float32), algorithm="ring")
     return comm.peers_on_shm(), {e.via for e in comm.trace.events}, sum(
-        link.pool.total for link in getattr(comm, "_shm", {}).values())
+        link.pool.total for link in (comm.nearby.links if comm.nearby else {}).values())
 
 
 def test_every_peer_on_this_machine_is_reached_through_shared_memory_and_the_trace_says_so():
@@ -63,18 +63,18 @@ def _held(comm, count):
     kept = [comm.recv(1, "held") for _ in range(count)]
     intact = [bool((a == i).all()) for i, a in enumerate(kept)]
     kept[0][:] = -1  # a received array is the receiver's own, writable
-    return intact, sum(link.pool.total for link in comm._shm.values())
+    return intact, sum(link.pool.total for link in comm.nearby.links.values())
 
 
 def test_received_arrays_stay_intact_while_held_and_the_pool_stays_bounded():
     cluster = cluster_for("shm", 2)
-    cluster.run(lambda comm: [setattr(link.pool, "limit", 4 << 20) for link in comm._shm.values()])
+    cluster.run(lambda comm: [setattr(link.pool, "limit", 4 << 20) for link in comm.nearby.links.values()])
     try:
         intact, _ = cluster.run(_held, 12)[0]  # 12 MiB held against a 4 MiB pool: the rest goes inline
         assert intact == [True] * 12
         check_allreduce(cluster, "ring", "sum", (1 << 20,), "float32")
     finally:
-        cluster.run(lambda comm: [setattr(link.pool, "limit", POOL_BYTES) for link in comm._shm.values()])
+        cluster.run(lambda comm: [setattr(link.pool, "limit", POOL_BYTES) for link in comm.nearby.links.values()])
 
 
 def test_segments_are_owner_only_memfds_and_socket_names_unguessable():
@@ -112,7 +112,7 @@ def test_a_dialler_without_the_token_is_refused_and_the_cluster_works_on():
 # --- a forged peer: frames from shared memory are checked as the wire's are --------------------
 @pytest.fixture
 def pair():
-    comms = [ShmCommunicator(r, 2, token="t" * 32, timeout=5) for r in range(2)]
+    comms = [TRANSPORTS["shm"].communicator(r, 2, token="t" * 32, timeout=5) for r in range(2)]
     addresses = [c.address for c in comms]
     threads = [threading.Thread(target=c.connect, args=(addresses,)) for c in comms]
     for t in threads:
@@ -144,7 +144,7 @@ def _frame(**fields) -> bytes:
 ])
 def test_a_malformed_frame_fails_the_link_with_the_problem_named(pair, frame, problem):
     receiver, forger = pair
-    forger._shm[0].sock.sendmsg(frame)
+    forger.nearby.links[0].sock.sendmsg(frame)
     with pytest.raises(ae.RankFailure, match="breaks the contract") as info:
         receiver.recv(1, "x", timeout=5)
     assert problem in str(info.value) and info.value.ranks == (1,)
@@ -152,7 +152,7 @@ def test_a_malformed_frame_fails_the_link_with_the_problem_named(pair, frame, pr
 
 def test_a_good_forged_inline_frame_is_received(pair):
     receiver, forger = pair
-    forger._shm[0].sock.sendmsg([MESSAGE, next(encode_frames(Message(1, "x", np.arange(4.0)), 1))])
+    forger.nearby.links[0].sock.sendmsg([MESSAGE, next(encode_frames(Message(1, "x", np.arange(4.0)), 1))])
     np.testing.assert_array_equal(receiver.recv(1, "x", timeout=5), np.arange(4.0))
 
 
@@ -161,7 +161,7 @@ def _send_buffers(comm):
     from allreduce_edu.comm.segments import Outbox
     if comm.rank == 0:
         return bool((comm.recv(1, "filled") == 5).all())
-    link = comm._shm[0]
+    link = comm.nearby.links[0]
     copied, segments = link.copied, len(link.pool._all)
     buf = comm.send_buffer(0, (1 << 18,), np.float32)
     buf[:] = 5
@@ -187,12 +187,12 @@ def test_send_buffer_on_other_transports_is_an_empty_array():
 
 
 def _big_chunks_past_the_pool(comm):
-    for link in comm._shm.values():
+    for link in comm.nearby.links.values():
         link.pool.limit = 2 << 20  # a tiny pool: the ring's send buffers cannot all be segments
     try:
         return ae.allreduce(comm, np.full(3 << 20, comm.rank, np.float32), algorithm="ring")[:3].tolist()
     finally:
-        for link in comm._shm.values():
+        for link in comm.nearby.links.values():
             link.pool.limit = POOL_BYTES
 
 

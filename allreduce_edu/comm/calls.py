@@ -1,0 +1,60 @@
+"""One collective call's state, owned by that call: its signature, its tag space (the collective
+id its messages carry) and how long each of its waits may take. Introduced in lessons/04.
+
+A rank's threads each have their own current call: the communication thread's `iallreduce` and the
+main thread's point-to-point never share one (as MPI and torch.distributed allow). A thread outside
+any collective has none: its messages are plain ones (collective id 0, no signature).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from .mailbox import Signature
+
+
+@dataclass
+class CollectiveCall:
+    """A collective in progress on one thread of one rank; nested collectives (ring all-reduce
+    calling reduce-scatter) belong to the outermost call, which `depth` counts."""
+
+    signature: Signature
+    collective_id: int  # the tag space: messages of this call carry it, and only its own match
+    timeout: float  # how long each wait of this call may take, in seconds
+    depth: int = 1
+
+    @property
+    def label(self) -> str:
+        """"allreduce/ring": what a trace event says it belonged to."""
+        return f"{self.signature.collective}/{self.signature.algorithm}".rstrip("/")
+
+
+class Calls:
+    """Each thread's current call on one communicator, and the numbering every rank agrees on."""
+
+    def __init__(self):
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._last_id = 0
+
+    def current(self) -> CollectiveCall | None:
+        """The calling thread's collective, or None (plain point-to-point)."""
+        return getattr(self._local, "call", None)
+
+    def open(self, signature: Signature, timeout: float) -> CollectiveCall:
+        """Start a new call on this thread (ranks number their calls alike: in the order issued)."""
+        with self._lock:
+            self._last_id += 1
+            call = CollectiveCall(signature, self._last_id, timeout)
+        self._local.call = call
+        return call
+
+    def close(self) -> None:
+        self._local.call = None
+
+    def reset(self) -> None:
+        """A fresh run: numbering starts again (every thread's call is over)."""
+        with self._lock:
+            self._last_id = 0
+        self._local = threading.local()

@@ -1,0 +1,66 @@
+"""What an algorithm may use of a communicator: the one contract every communicator-shaped object
+keeps (transports' Communicator, comm.group.Group, the checkers' Spy). Introduced in lessons/01.
+
+An algorithm (allreduce_edu.collectives) reads `rank`, `world_size` and `ranks_per_node`, moves
+arrays with `send`, `recv`, `isend` and `sendrecv`, may `barrier`, fills arrays from `send_buffer`,
+and marks its messages as one collective with `with comm.collective(...)`. Nothing else: not the
+trace, the timeout or the transport. A class that subclasses `Comm` and gives the first seven gets
+the last three as plain defaults (an empty array; a dissemination barrier; no signature checks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class Comm(Protocol):
+    """The communicator an algorithm sees (typing.Protocol: structural, so any object with these
+    members is one; subclass it explicitly for the defaults)."""
+
+    rank: int
+    world_size: int
+    ranks_per_node: int | None  # consecutive ranks that share a node; None: unknown (flat)
+
+    def send(self, dst: int, array, tag: str, *, step: int = -1, chunk=None) -> None:
+        """Send `array` to `dst`; returns once your array is free again (eager)."""
+        ...
+
+    def isend(self, dst: int, array, tag: str, *, step: int = -1, chunk=None):
+        """Start sending `array` to `dst`; returns something to `wait()` on."""
+        ...
+
+    def recv(self, src: int, tag: str, timeout: float | None = None) -> np.ndarray:
+        """The next array `src` sent with `tag`; raises instead of waiting forever."""
+        ...
+
+    def sendrecv(self, dst: int, array, src: int, tag: str, *, step: int = -1, chunk=None,
+                 timeout: float | None = None) -> np.ndarray:
+        """Send to `dst` while receiving from `src` (full duplex: never deadlocks)."""
+        ...
+
+    def send_buffer(self, dst: int, shape, dtype) -> np.ndarray:
+        """An empty array to fill and then send to `dst` (plain: np.empty; the shm transport: a
+        shared segment, sent uncopied)."""
+        return np.empty(shape, dtype)
+
+    def barrier(self) -> None:
+        """Return once every rank has called barrier (dissemination: ⌈log2 N⌉ rounds of empty
+        messages)."""
+        with self.collective("barrier"):
+            empty = np.empty(0, np.uint8)
+            distance, step = 1, 0
+            while distance < self.world_size:
+                # step s: tell rank + 2^s you are here, hear from rank - 2^s
+                self.sendrecv((self.rank + distance) % self.world_size, empty,
+                              (self.rank - distance) % self.world_size, "barrier", step=step)
+                distance, step = distance * 2, step + 1
+
+    def collective(self, name: str, *, algorithm: str = "", op: str = "", dtype="", shape=(),
+                   root: int = -1) -> contextlib.AbstractContextManager:
+        """A context for the messages of one collective call (plain: none, so no checks; a
+        Communicator yields the call's own comm.calls.CollectiveCall)."""
+        return contextlib.nullcontext()
