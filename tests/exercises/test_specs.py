@@ -11,7 +11,14 @@ from allreduce_edu import course
 from allreduce_edu.exercises import registry, spec
 
 EXERCISES = registry.all_exercises()
-SPECS = {i: ex for i, ex in EXERCISES.items() if ex.kind != "code"}
+SPECS = {i: ex for i, ex in EXERCISES.items() if ex.kind != "code" and ex.spec is not None}
+# choice and number exercises still written as bespoke checkers (the newest lessons'): to be made specs
+NOT_YET_SPECS = {"15.3", "16.2", "17.2", "17.3"}
+
+
+def test_every_choice_number_and_names_exercise_is_a_spec_but_the_listed_ones():
+    bespoke = {i for i, ex in EXERCISES.items() if ex.kind != "code" and ex.spec is None}
+    assert bespoke == NOT_YET_SPECS, f"write these as specs (exercises/spec.py): {bespoke - NOT_YET_SPECS}"
 CODE_LIKE = re.compile(r"\w\(|\w\[|\s[+\-*/]?=\s|`")
 
 
@@ -24,13 +31,13 @@ def test_code_hints_climb_to_the_key_idea_in_words(exercise):
 
 
 def test_the_right_option_is_the_longest_in_at_most_a_third_of_the_choices():
-    choices = [ex.spec for ex in EXERCISES.values() if ex.kind == "choice"]
+    choices = [ex.spec for ex in SPECS.values() if ex.kind == "choice"]
     assert len(choices) >= 10
     longest = [s for s in choices if len(s.options[s.right]) >= max(map(len, s.options.values()))]
     assert 3 * len(longest) <= len(choices), [s.cell.checker for s in longest]
 
 
-@pytest.mark.parametrize("exercise", sorted(i for i, ex in EXERCISES.items() if ex.kind == "choice"))
+@pytest.mark.parametrize("exercise", sorted(i for i, ex in SPECS.items() if ex.kind == "choice"))
 def test_every_wrong_option_has_its_own_hint(exercise):
     ex = EXERCISES[exercise]
     options, right = ex.spec.options, ex.spec.right
