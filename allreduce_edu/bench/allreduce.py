@@ -99,39 +99,27 @@ def _allreduce_for(comm, algorithm: str):
     return lambda x: allreduce(comm, x, "sum", algorithm)
 
 
+def latency(comm, nbytes: int = 8, iters: int = 100, untimed: int = 5) -> list[float]:
+    """Rank 0 and 1 bounce `nbytes` `iters` times (after `untimed` more); returns the one-way
+    seconds (half of each round trip), for percentiles: a message's cost is a distribution."""
+    x, out = np.zeros(nbytes, np.uint8), []
+    for i in range(iters + untimed):
+        t0 = time.perf_counter()
+        if comm.rank == 0:
+            comm.send(1, x, "ping")
+            comm.recv(1, "pong")
+        elif comm.rank == 1:
+            comm.send(0, comm.recv(0, "ping"), "pong")
+        if i >= untimed:
+            out.append((time.perf_counter() - t0) / 2)
+    return out
+
+
 def pingpong(comm, sizes=(8, 1 << 10, 1 << 16, 1 << 20, 1 << 22),
              iters=20) -> list[tuple[int, float]]:
     """Rank 0 and 1 bounce messages; returns (bytes, one-way seconds = median round trip / 2)
     per size."""
-    out = []
-    for size in sizes:
-        x, times = np.zeros(size, np.uint8), []
-        for _ in range(iters + 2):
-            t0 = time.perf_counter()
-            if comm.rank == 0:
-                comm.send(1, x, "ping")
-                comm.recv(1, "pong")
-            elif comm.rank == 1:
-                comm.send(0, comm.recv(0, "ping"), "pong")
-            times.append(time.perf_counter() - t0)
-        out.append((size, float(np.median(times[2:])) / 2))
-    return out
-
-
-def latency(comm, nbytes: int = 8, iters: int = 100) -> list[float]:
-    """Rank 0 and 1 bounce `nbytes` `iters` times (after a few untimed); returns rank 0's one-way
-    seconds of each round trip (half of it), for percentiles: a message's cost is a distribution."""
-    x, out = np.zeros(nbytes, np.uint8), []
-    for i in range(iters + 5):
-        t0 = time.perf_counter()
-        if comm.rank == 0:
-            comm.send(1, x, "latency")
-            comm.recv(1, "latency")
-        elif comm.rank == 1:
-            comm.send(0, comm.recv(0, "latency"), "latency")
-        if i >= 5:
-            out.append((time.perf_counter() - t0) / 2)
-    return out
+    return [(size, float(np.median(latency(comm, size, iters, untimed=2)))) for size in sizes]
 
 
 def run(cluster, algorithms, sizes, dtype="float32", iters=20, warmup=5) -> tuple[dict, list[dict]]:
