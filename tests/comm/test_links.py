@@ -242,8 +242,9 @@ def test_a_root_gathering_from_n_minus_1_ranks_waits_n_minus_1_link_times(transp
     with ae.Cluster(4, transport=transport, links=links) as cluster:
         root = cluster.run(_gather_to_rank_0)[0]
     one = links.uniform.seconds(10_000)
-    # (+ up to one link time: the barrier's skew)
-    assert 3 * one <= root < 4 * one, f"root waited {root * 1e3:.1f} ms; one link time {one * 1e3:.1f} ms"
+    # N - 1 link times, give or take the barrier's skew (the senders may leave it before the root
+    # starts its clock); without ingress it would be about one
+    assert 2.5 * one <= root < 4 * one, f"root waited {root * 1e3:.1f} ms; one link time {one * 1e3:.1f} ms"
 
 
 def _cpu_over_a_long_send(comm):
@@ -282,7 +283,7 @@ def test_ports_are_shared_by_the_clusters_ranks_and_new_after_a_restart():
         cluster.restart()
         again = cluster.run(_ports_free_again)[0]
     for root in (first, again):
-        assert 2 * 30e-3 <= root < 3 * 30e-3, root  # one port: the two took turns
+        assert 1.5 * 30e-3 <= root < 3 * 30e-3, root  # one port: the two took turns (± the barrier's skew)
     assert links.ports is None  # the caller's links stay a description; each world books its own
 
 
