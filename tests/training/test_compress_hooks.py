@@ -1,5 +1,6 @@
 """compress/ against its anchors, torch's own DDP hooks (skipped without torch): our fp16 hook
-trains lesson 13's CNN to the very bits of `fp16_compress_hook`; our PowerSGD hook follows
+trains lesson 13's CNN to the very bits of `fp16_compress_hook` (on 2 ranks with our ring, on 4
+with gloo's order of additions); our PowerSGD hook follows
 `powerSGD_hook` to 1e-9 with torch's random Q, and within LOSS_TOLERANCE with our NumPy one."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ torch = pytest.importorskip("torch")
 from conftest import cluster_for  # noqa: E402
 
 from allreduce_edu.compress import FP16, PowerSGD  # noqa: E402
+from allreduce_edu.compress.gloo_order import gloo_ring  # noqa: E402
 from allreduce_edu.pytorch.anchors import fp16_hook, powersgd_hook, torch_draw  # noqa: E402
 from allreduce_edu.pytorch.ddp import rendezvous, train_ddp  # noqa: E402
 
@@ -38,13 +40,46 @@ def test_our_fp16_hook_is_torch_s_fp16_compress_hook_bit_for_bit():
         assert a["params"].tobytes() == b["params"].tobytes()
 
 
-def test_on_4_ranks_only_the_order_of_the_fp16_additions_differs():
-    """gloo's ring adds segments in another order than ours, and fp16 addition is not
-    associative: the curves agree to fp16 rounding, not bit for bit."""
+def gloo_beside_ours(comm, meet, size):
+    """One fp16 sum three ways on this rank: torch's gloo all_reduce, gloo_ring, our ring."""
+    import torch.distributed as dist
+
+    from allreduce_edu.collectives import allreduce
+    from allreduce_edu.pytorch.ddp import gloo_group
+
+    gloo_group(comm, meet)
+    x = np.random.default_rng(comm.rank).standard_normal(size).astype(np.float16)
+    theirs = torch.from_numpy(x.copy())
+    dist.all_reduce(theirs)
+    return theirs.numpy(), gloo_ring(comm, x), allreduce(comm, x, "sum", "ring")
+
+
+@pytest.mark.parametrize("n", [3, 4, 5])
+def test_gloo_ring_adds_in_gloo_s_order_bit_for_bit(n):
+    """10 values (short and empty chunks), 1,001, and 3 Mi + 7 (several 1 MiB segments per rank):
+    gloo_ring has gloo's bits; our ring, adding in another order, does not (that is the lesson)."""
+    cluster = cluster_for("grpc", n)
+    for size in (10, 1001, 3 * 2**20 + 7):
+        run = cluster.run(gloo_beside_ours, rendezvous(), size)
+        for theirs, same_order, _ in run:
+            assert same_order.tobytes() == theirs.tobytes(), (n, size)
+        theirs, _, ring = run[0]
+        if n >= 4 and size > 10:
+            assert (ring != theirs).any()  # fp16 addition is not associative
+
+
+def test_on_4_ranks_our_fp16_hook_in_gloo_s_order_is_torch_s_bit_for_bit():
+    """On 4 ranks an fp16 sum depends on its order: our hook summing with gloo_ring trains to
+    torch's very bits; with our own ring, to fp16 rounding of the sum order only."""
     cluster = cluster_for("grpc", 4)
-    ours = cluster.run(train_ddp, rendezvous(), None, STEPS, compress=FP16())
     theirs = cluster.run(train_ddp, rendezvous(), None, STEPS, torch_hook=fp16_hook)
+    exact = cluster.run(train_ddp, rendezvous(), None, STEPS, compress=FP16(gloo_ring))
+    for a, b in zip(exact, theirs, strict=True):
+        assert a["losses"] == b["losses"]
+        assert a["params"].tobytes() == b["params"].tobytes()
+    ours = cluster.run(train_ddp, rendezvous(), None, STEPS, compress=FP16())
     assert ours[0]["losses"][0] == theirs[0]["losses"][0]  # before any compressed step
+    assert ours[0]["params"].tobytes() != theirs[0]["params"].tobytes()
     np.testing.assert_allclose(losses(ours), losses(theirs), rtol=1e-4)
 
 
