@@ -1,6 +1,7 @@
 """One shared-memory link between two ranks on the same machine: a SOCK_SEQPACKET Unix socket for
 headers, doorbells, segment descriptors and releases, and the segments each side sends from
-(allreduce_edu.comm.segments). Used by the shm transport (allreduce_edu.comm.shm)."""
+(allreduce_edu.comm.segments). Used by the shm transport (allreduce_edu.comm.shm). A frame's
+header is the doorbell's fixed binary one (allreduce_edu.comm.doorbell), checked as the wire's."""
 
 from __future__ import annotations
 
@@ -9,25 +10,18 @@ import logging
 import os
 import select
 import socket
+import struct
 import threading
 import time
 
 import numpy as np
 
-from .._proto import rank_pb2 as pb
+from . import doorbell
 from .base import Request
 from .errors import CollectiveTimeout, RankFailure
 from .mailbox import Message
 from .segments import MIN_SEGMENT, POOL_BYTES, Lease, Outbox, Pool, Segment
-from .wire import (
-    Assembler,
-    WireError,
-    check_header,
-    decode_frame,
-    encode_frames,
-    header_of,
-    to_message,
-)
+from .wire import Assembler, WireError, check_header, to_message
 
 log = logging.getLogger("allreduce_edu")
 
@@ -35,6 +29,9 @@ INLINE_BYTES = 32 << 10  # messages up to this size travel in the socket frame i
 FRAME_BYTES = INLINE_BYTES + (16 << 10)  # one seqpacket: a header plus at most INLINE_BYTES
 MESSAGE, RELEASE = b"M", b"R"  # a frame's first byte: a message, or "I am done with segment n"
 TICK = 0.5  # how often waiting threads look whether their communicator is closing
+# the link's own thread reads the socket only once no recv has used the link for this long: a
+# second thread woken by every frame cost ~30 us a message here (a recv reads it on its thread)
+QUIET = TICK
 
 
 class ShmLink:
@@ -45,13 +42,18 @@ class ShmLink:
 
     def __init__(self, comm, peer: int, sock: socket.socket):
         self.comm, self.peer = comm, peer
-        self.sock = sock  # for sending, with the communicator's deadline
-        self.sock.settimeout(comm.timeout)
+        # for sending, with the communicator's deadline kept by the kernel (SO_SNDTIMEO): a Python
+        # socket timeout polls before every send, and arming that timer costs more than the send
+        self.sock = sock
+        self.sock.settimeout(None)
+        seconds = max(comm.timeout, 0.001)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack(
+            "ll", int(seconds), int(seconds % 1 * 1e6)))
         self._rsock = socket.socket(fileno=os.dup(sock.fileno()))  # for receiving: polled
         self._rsock.setblocking(False)
         self._reading = threading.Lock()  # one reader at a time: a recv's thread, or the link's
-        self._callers, self._free = 0, threading.Event()
-        self._free.set()
+        self._callers, self._last_recv = 0, 0.0
+        self._closed = threading.Event()  # wakes the link's thread at once when the link closes
         self._ended = False
         self.pool = Pool()
         self.copied = 0  # bytes copied into segments or frames (not those filled in place)
@@ -91,20 +93,21 @@ class ShmLink:
         if outbox is not None and outbox.link is self and not outbox.sent:
             segment, outbox.sent = outbox.segment, True  # filled in place: nothing to copy
         else:
+            if nbytes > INLINE_BYTES:
+                self.drain()  # the peer's releases: free segments before a new one is made
             segment = self.pool.acquire(nbytes) if nbytes > INLINE_BYTES else None
             self.copied += nbytes
             if segment is None:
                 with self._lock:
                     seq = self._next_seq()
-                    for frame in encode_frames(msg, seq, INLINE_BYTES):
-                        self._send([MESSAGE, frame])
+                    for frame in doorbell.frames(msg, seq, INLINE_BYTES):
+                        self._send([MESSAGE, *frame])
                 return
             segment.bytes[:nbytes] = msg.array.reshape(-1).view(np.uint8)  # the one copy
         new = segment.fd is not None  # the peer has not got this segment yet
         with self._lock:
-            header = header_of(msg, self._next_seq())
-            header.segment, header.segment_bytes = segment.id, segment.size
-            frame = pb.Frame(header=header).SerializeToString()
+            frame = doorbell.pack(msg, self._next_seq(), segment=segment.id,
+                                  segment_bytes=segment.size)
             try:
                 self._send([MESSAGE, frame], [segment.fd] if new else [])
             except BaseException:
@@ -121,12 +124,22 @@ class ShmLink:
         return self._seq
 
     def _send(self, buffers: list, fds=()) -> None:
+        """Send one frame; while the peer's socket is full, read ours (the peer may be blocked
+        sending to us: each drains the other, so two eager senders never deadlock)."""
         c = self.comm
+        deadline = time.monotonic() + c.timeout
         try:
-            if fds:
-                socket.send_fds(self.sock, buffers, fds)
-            else:
-                self.sock.sendmsg(buffers)
+            while True:
+                try:
+                    if fds:
+                        socket.send_fds(self.sock, buffers, fds, socket.MSG_DONTWAIT)
+                    else:
+                        self.sock.sendmsg(buffers, (), socket.MSG_DONTWAIT)
+                    return
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError from None
+                    self._wait_writable(deadline)
         except TimeoutError:
             raise CollectiveTimeout(f"rank {c.rank}: rank {self.peer} took no message for "
                                     f"{c.timeout:.0f} s (its socket is full); is it stuck?",
@@ -135,6 +148,22 @@ class ShmLink:
             self.error = RankFailure(f"rank {self.peer} is gone (rank {c.rank}'s shared-memory "
                                      f"link to it failed: {e.strerror})", ranks=(self.peer,))
             raise self.error from None
+
+    def _wait_writable(self, deadline: float) -> None:
+        poller = select.poll()
+        poller.register(self.sock, select.POLLOUT)
+        poller.register(self._rsock, select.POLLIN)
+        timeout = min(max(deadline - time.monotonic(), 0), TICK)
+        for fd, _ in poller.poll(timeout * 1000):
+            if fd == self._rsock.fileno():
+                self._read_one(wait_turn=False)
+        if self._ended and self.error is not None:
+            raise self.error
+
+    def drain(self) -> None:
+        """Read every frame already waiting (releases, messages), without waiting for more."""
+        while not self._ended and self._read_one(wait_turn=False):
+            pass
 
     def outbox(self, shape: tuple, dtype: np.dtype) -> np.ndarray | None:
         """An array in a free segment of this link's pool, or None if the pool is full."""
@@ -167,10 +196,10 @@ class ShmLink:
 
     @contextlib.contextmanager
     def receiving(self):
-        """A recv on this link is under way: the link's own thread stands aside meanwhile."""
+        """A recv on this link is under way: the link's own thread stands aside meanwhile, and
+        until the link has been QUIET a while (the next recv is likely soon)."""
         with self._lock:
             self._callers += 1
-            self._free.clear()
         with self._reading:
             pass  # a frame the link's thread is reading now is delivered before we look
         try:
@@ -178,36 +207,49 @@ class ShmLink:
         finally:
             with self._lock:
                 self._callers -= 1
-                if not self._callers:
-                    self._free.set()
+                self._last_recv = time.monotonic()
 
     def _receive(self) -> None:
         """The link's own thread: frames that come while nobody waits for them (releases,
-        messages received later, the end of file of a peer that died)."""
+        messages received later, the end of file of a peer that died), once the link is QUIET.
+        Meanwhile recvs read the socket, senders drain it (`drain`, `_wait_writable`)."""
         poller = select.poll()
         poller.register(self._rsock, select.POLLIN)
         while not self._ended and not self.comm.closing:
-            if self._free.wait(TICK) and poller.poll(TICK * 1000):
+            idle = time.monotonic() - self._last_recv
+            if self._callers or idle < QUIET:
+                self._closed.wait(TICK if self._callers else QUIET - idle)
+            elif poller.poll(TICK * 1000):
                 self._read_one(own_thread=True)
 
-    def _read_one(self, own_thread: bool = False) -> None:
-        with self._reading:
+    def _read_one(self, own_thread: bool = False, wait_turn: bool = True) -> bool:
+        """Read and handle one waiting frame; False if there was none (or the link ended).
+        A sender reads only if no one else is (`wait_turn=False`): it may hold `_lock`, which a
+        reader's release (give_back) can need."""
+        if not self._reading.acquire(blocking=wait_turn):
+            return False
+        with contextlib.ExitStack() as held:
+            held.callback(self._reading.release)
             if self._ended or (own_thread and self._callers):
-                return  # a recv reads this frame on its own thread
+                return False  # a recv reads this frame on its own thread
             try:
                 data, fds, flags, _ = socket.recv_fds(self._rsock, FRAME_BYTES, 1)
             except BlockingIOError:
-                return  # the other reader took it
+                return False  # the other reader took it
             except OSError as e:
-                return self._end(f"its socket failed: {e.strerror}")
+                self._end(f"its socket failed: {e.strerror}")
+                return False
             try:
                 if not data:
-                    return self._end("its process exited")  # end of file: closed, or died
+                    self._end("its process exited")  # end of file: closed, or died
+                    return False
                 self._take(data, fds, flags)
+                return True
             except WireError as e:
                 log.warning("rank %d refused a frame from rank %d: %s",
                             self.comm.rank, self.peer, e)
                 self._end(f"it sent a frame that breaks the contract: {e}")
+                return False
             finally:
                 for fd in fds:
                     os.close(fd)
@@ -232,7 +274,7 @@ class ShmLink:
             return
         if kind != MESSAGE:
             raise WireError(f"unknown frame kind {kind!r}")
-        h, payload = decode_frame(body)
+        h, payload = doorbell.unpack(body)
         if not h.segment:
             if fds:
                 raise WireError("a file descriptor with an inline frame")
@@ -242,7 +284,7 @@ class ShmLink:
         if message is not None:
             self.comm.deliver(message)
 
-    def _lease(self, h: pb.Header, fds: list[int]) -> np.ndarray:
+    def _lease(self, h: doorbell.Head, fds: list[int]) -> np.ndarray:
         """The array a segment frame describes, in the sender's segment (checked first)."""
         check_header(h, self.comm.world_size, self.peer, self.comm.max_message_bytes)
         if h.offset or h.length:
@@ -275,6 +317,7 @@ class ShmLink:
 
     def close(self) -> None:
         self._ended = True
+        self._closed.set()
         self._shutdown()
         if self._thread is not threading.current_thread():
             self._thread.join(2 * TICK)

@@ -99,9 +99,9 @@ def decode_frame(frame: bytes) -> tuple[pb.Header, memoryview]:
     return header, data
 
 
-def check_header(h: pb.Header, world_size: int, src: int,
-                 max_bytes: int = MAX_MESSAGE_BYTES) -> None:
-    """Validate a header before anything is allocated for it; raise WireError naming the problem."""
+def check_header(h, world_size: int, src: int, max_bytes: int = MAX_MESSAGE_BYTES) -> None:
+    """Validate a header (protobuf, or the doorbell's Head) before anything is allocated for it;
+    raise WireError naming the problem."""
     if h.src != src:
         raise WireError(f"header says src={h.src} on rank {src}'s stream")
     if h.dtype not in WIRE_DTYPES:
@@ -117,17 +117,20 @@ def check_header(h: pb.Header, world_size: int, src: int,
     if h.offset + h.length > h.nbytes:
         raise WireError(f"chunk [{h.offset}, {h.offset + h.length}) outside a "
                         f"{h.nbytes}-byte array")
-    if h.signature.dtype and h.signature.dtype not in WIRE_DTYPES:
-        raise WireError(f"signature dtype {h.signature.dtype!r} is not allowed")
-    if not -1 <= h.signature.root < world_size or not -1 <= h.step < 1 << 20:
+    sig = h.signature  # protobuf: always there (empty: defaults); a doorbell Head: None or whole
+    if sig is not None and sig.dtype and sig.dtype not in WIRE_DTYPES:
+        raise WireError(f"signature dtype {sig.dtype!r} is not allowed")
+    if (sig is not None and not -1 <= sig.root < world_size) or not -1 <= h.step < 1 << 20:
         raise WireError("root or step out of range")
 
 
-def to_message(h: pb.Header, array: np.ndarray) -> Message:
-    """The Message a complete array and its header make."""
-    s = h.signature
-    signature = Signature(s.collective, s.algorithm, s.op, s.dtype, tuple(s.shape), s.root) \
-        if h.HasField("signature") else None
+def to_message(h, array: np.ndarray) -> Message:
+    """The Message a complete array and its header (protobuf, or the doorbell's Head) make."""
+    signature = h.signature
+    if isinstance(h, pb.Header):
+        s = signature
+        signature = Signature(s.collective, s.algorithm, s.op, s.dtype, tuple(s.shape), s.root) \
+            if h.HasField("signature") else None
     return Message(h.src, h.tag, array, h.epoch, h.collective_id, signature, h.step)
 
 
@@ -148,7 +151,7 @@ class Assembler:
     def add(self, frame: bytes) -> Message | None:
         return self.add_decoded(*decode_frame(frame))
 
-    def add_decoded(self, h: pb.Header, data: memoryview) -> Message | None:
+    def add_decoded(self, h, data: memoryview) -> Message | None:
         check_header(h, self.world_size, self.src, self.max_bytes)
         if h.length != len(data):
             raise WireError(f"header says {h.length} bytes, frame carries {len(data)}")
@@ -172,7 +175,7 @@ class Assembler:
         self.messages, self._header, self._flat, self._array = self._header.seq, None, None, None
         return message
 
-    def take_seq(self, h: pb.Header) -> None:
+    def take_seq(self, h) -> None:
         """Count a whole message that came another way (the shm transport's segments),
         checking it is the next one and none is half assembled."""
         if self._header is not None or h.seq != self.messages + 1:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import struct
 import threading
 
 import numpy as np
@@ -13,12 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import allreduce_edu as ae
-from allreduce_edu._proto import rank_pb2 as pb
 from allreduce_edu.collectives import ALGORITHMS, OPS
-from allreduce_edu.comm.mailbox import Message
+from allreduce_edu.comm import doorbell
 from allreduce_edu.comm.segments import POOL_BYTES, Pool, Segment, size_class
 from allreduce_edu.comm.shm_link import INLINE_BYTES, MESSAGE, RELEASE
-from allreduce_edu.comm.wire import encode_frames, header_of
 from allreduce_edu.runtime.transports import TRANSPORTS
 
 
@@ -125,20 +124,42 @@ def pair():
         c.close(drain=0.5)
 
 
-def _frame(**fields) -> bytes:
-    header = header_of(Message(1, "x", np.zeros(4, np.float32)), 1)
-    for key, value in fields.items():
-        setattr(header, key, value)
-    return pb.Frame(header=header).SerializeToString()
+def _frame(tag=b"x", shape=(4,), data=b"", signature=b"", **fields) -> bytes:
+    """A doorbell frame from raw fields (a float32 array of 4 from rank 1, message 1)."""
+    f = dict(version=1, dtype=doorbell.CODES["float32"], ndim=len(shape), flags=0, src=1, step=-1,
+             seq=1, epoch=0, collective_id=0, nbytes=16, offset=0, length=len(data), segment=0,
+             segment_bytes=0, tag_len=len(tag))
+    f.update(fields)
+    return (doorbell.FIXED.pack(*f.values()) + struct.pack(f"<{len(shape)}Q", *shape) + tag
+            + signature + data)
+
+
+SEGMENT = dict(segment=1, segment_bytes=1 << 20)
 
 
 @pytest.mark.parametrize("frame, problem", [
-    ([MESSAGE, _frame(dtype="object")], "dtype 'object' is not allowed"),
+    ([MESSAGE, _frame(dtype=250)], "dtype code 250 in the header is not a wire dtype"),
+    ([MESSAGE, _frame(dtype=0)], "dtype 'none' is not allowed"),
     ([MESSAGE, _frame(nbytes=3)], "nbytes=3"),
     ([MESSAGE, _frame(segment=7, segment_bytes=1 << 20)], "unknown segment 7"),
     ([MESSAGE, _frame(segment=7, segment_bytes=8)], "a 16-byte array in a 8-byte segment"),
-    ([MESSAGE, _frame(seq=5, segment=1, segment_bytes=1 << 20)], "expected message 1"),
+    ([MESSAGE, _frame(seq=5, **SEGMENT)], "expected message 1"),
     ([MESSAGE, _frame(src=0)], "header says src=0"),
+    ([MESSAGE, _frame(step=1 << 21)], "root or step out of range"),
+    ([MESSAGE, _frame(data=bytes(16), length=8)], "header says 8 bytes, frame carries 16"),
+    ([MESSAGE, _frame(offset=8, length=16, data=bytes(16))], "chunk [8, 24) outside"),
+    ([MESSAGE, _frame()[:20]], "a 20-byte frame ends inside its header"),
+    ([MESSAGE, _frame(version=9)], "header version 9"),
+    ([MESSAGE, _frame(flags=4)], "flags 0x4"),
+    ([MESSAGE, _frame(ndim=40, shape=())], "40 dimensions"),
+    ([MESSAGE, _frame(ndim=3)], "ends inside its shape"),
+    ([MESSAGE, _frame(tag_len=200)], "ends inside its tag"),
+    ([MESSAGE, _frame(tag=b"\xff\xfe")], "the tag is not UTF-8"),
+    ([MESSAGE, _frame(flags=1)], "ends inside its signature"),
+    ([MESSAGE, _frame(flags=1, signature=doorbell.SIGNATURE.pack(-1, 200, 0, 0, 0, 0))],
+     "dtype code 200 in the signature"),
+    ([MESSAGE, _frame(flags=1, signature=doorbell.SIGNATURE.pack(5, 0, 0, 0, 0, 0))],
+     "root or step out of range"),
     ([RELEASE, (3).to_bytes(8, "little")], "a release of a segment this rank never sent"),
     ([b"X", b"junk"], "unknown frame kind"),
 ])
@@ -152,7 +173,8 @@ def test_a_malformed_frame_fails_the_link_with_the_problem_named(pair, frame, pr
 
 def test_a_good_forged_inline_frame_is_received(pair):
     receiver, forger = pair
-    forger.nearby.links[0].sock.sendmsg([MESSAGE, next(encode_frames(Message(1, "x", np.arange(4.0)), 1))])
+    forger.nearby.links[0].sock.sendmsg([MESSAGE, _frame(dtype=doorbell.CODES["float64"],
+                                                         nbytes=32, data=np.arange(4.0).tobytes())])
     np.testing.assert_array_equal(receiver.recv(1, "x", timeout=5), np.arange(4.0))
 
 
