@@ -9,6 +9,9 @@ printout:
   widget, which would need a kernel (viz/browser.py);
 - every exercise stays a scaffold with its "not attempted yet" feedback, and its hints follow it,
   folded (`<details>`), one per click, as `hint()` gives them in the notebook. Solutions stay out.
+
+The index lists each lesson's title, objectives and time, read from its header, and each page
+links to the previous and next lesson and back to the index (site_index.py).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import course
+from . import course, site_index
 from .exercises import all_exercises
 from .viz.browser import standalone_html
 
@@ -33,7 +36,9 @@ OFFLINE = {name: "" for name in ("require_js_url", "jquery_url", "mathjax_url", 
 INDEX = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>allreduce-edu: the lessons</title>
 <style>body {{ font-family: system-ui, sans-serif; max-width: 46em; margin: 3em auto;
-line-height: 1.5; padding: 0 1em; }} li {{ margin: 0.3em 0; }}</style></head>
+line-height: 1.5; padding: 0 1em; }} li {{ margin: 0.3em 0; }}
+li.lesson {{ margin: 1em 0; }} .time {{ color: #555; }} ul.objectives {{ font-size: 0.95em; }}
+</style></head>
 <body><h1>allreduce-edu</h1>
 <p>Collective communication, lesson by lesson: every page was executed on real ranks; the
 animations play here without a kernel. To run the lessons yourself:
@@ -77,40 +82,38 @@ def folded_hints(exercise) -> str:
                      f"\n\n{html.escape(hint)}\n\n</details>" for i, hint in enumerate(hints, 1))
 
 
-def build_site(folder, lessons: list[str] | None = None) -> Path:
-    """Write one page per lesson (or only `lessons`, e.g. ["03"]) and an index into `folder`;
-    return the index's path."""
+def build_site(folder, lessons: list[str] | None = None, source=None) -> Path:
+    """Write one page per lesson (or only `lessons`, e.g. ["03"]; from `source`, default the
+    course's lessons) and an index into `folder`; return the index's path. Each page links to the
+    previous and next page built. A ValueError names a lesson whose header lacks objectives or a
+    time, before any page is written."""
     from nbconvert import HTMLExporter  # imported here: `allreduce-edu --help` stays quick
 
+    every = course.lesson_files(source)
+    paths = [p for p in every if not lessons or p.name[:2] in lessons]
+    if not paths:
+        raise ValueError(f"no lesson {', '.join(lessons or [])}; lessons: "
+                         f"{', '.join(p.name[:2] for p in every)}")
+    notebooks = [nbformat.read(path, as_version=4) for path in paths]
+    order = [site_index.lesson(nb, path) for nb, path in zip(notebooks, paths, strict=True)]
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     exporter = HTMLExporter(template_name="lab", **OFFLINE)
-    items = []
-    for path in course.lesson_files():
-        if lessons and path.name[:2] not in lessons:
-            continue
-        nb = static_notebook(nbformat.read(path, as_version=4))
-        title = _title(nb, path)
-        body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title}})
+    for i, (nb, lesson) in enumerate(zip(notebooks, order, strict=True)):
+        resources = {"metadata": {"name": lesson.title}}
+        body, _ = exporter.from_notebook_node(static_notebook(nb), resources=resources)
         body = re.sub(r'<script src="">\s*</script>', "", body)  # the CDN scripts left out
-        (folder / f"{path.stem}.html").write_text(body, encoding="utf-8")
-        items.append(f'<li><a href="{path.stem}.html">{html.escape(title)}</a></li>')
-    if not items:
-        raise ValueError(f"no lesson {', '.join(lessons or [])}; lessons: "
-                         f"{', '.join(p.name[:2] for p in course.lesson_files())}")
-    index = folder / "index.html"
-    index.write_text(INDEX.format(items="\n".join(items)), encoding="utf-8")
+        body = site_index.with_nav(body, site_index.nav(order, i))
+        (folder / lesson.page).write_text(body, encoding="utf-8")
+    return write_index(folder, order)
+
+
+def write_index(folder, lessons: list[site_index.Lesson]) -> Path:
+    """The index of `lessons` (title, time, objectives) written into `folder`; its path."""
+    index = Path(folder) / "index.html"
+    items = "\n".join(site_index.index_item(lesson) for lesson in lessons)
+    index.write_text(INDEX.format(items=items), encoding="utf-8")
     return index
-
-
-def _title(nb: dict, path: Path) -> str:
-    """The lesson's first heading, else its file name."""
-    for cell in nb["cells"]:
-        if cell["cell_type"] == "markdown":
-            for line in course.source(cell).splitlines():
-                if line.startswith("# "):
-                    return line[2:].strip()
-    return path.stem
 
 
 def add_arguments(parser) -> None:

@@ -65,8 +65,11 @@ def test_the_page_adds_only_folded_hints(lesson):
 
 def test_the_index_links_every_page(site):
     index = site.read_text()
-    assert index.count("<li>") == 1 and 'href="03_ring_allreduce.html"' in index
-    assert (site.parent / "03_ring_allreduce.html").exists()
+    assert index.count('<li class="lesson">') == 1 and 'href="03_ring_allreduce.html"' in index
+    page = (site.parent / "03_ring_allreduce.html").read_text()
+    # one lesson built: its page links back to the index, and to no page that was not built
+    assert '<a rel="index" href="index.html">' in page
+    assert 'rel="prev"' not in page and 'rel="next"' not in page
 
 
 def test_the_command_builds_and_names_the_file_to_open(tmp_path, capsys):
