@@ -38,6 +38,20 @@ def test_ring_beats_naive_large_and_tree_beats_ring_small_five_times_out_of_five
     assert abs(measured / predicted - 1) < 0.2, (measured, predicted)
 
 
+def test_at_8_ranks_the_ring_s_advantage_over_naive_is_the_fitted_model_s_within_20_percent():
+    with ae.testbed(8) as cluster:
+        fitted = bench.fit(cluster)  # 8 ranks on 2 cores: the transport's cost per message counts
+        ratios = []
+        for _ in range(5):
+            rows = bench.compare(cluster, ["naive", "ring"], [4 * MiB], iters=1, warmup=0)
+            t = {r["algorithm"]: r["time_us"] for r in rows}
+            assert t["ring"] < t["naive"] / 2, t  # the order, every time
+            ratios.append(t["ring"] / t["naive"])
+    predicted = predict_on_links("ring", 8, 4 * MiB, fitted) / predict_on_links(
+        "naive", 8, 4 * MiB, fitted)
+    assert abs(np.median(ratios) / predicted - 1) < 0.2, (ratios, predicted)
+
+
 @pytest.mark.slow
 def test_the_measured_tree_ring_crossover_is_within_a_factor_2_of_the_models():
     link = ae.TESTBED.uniform
