@@ -2,11 +2,12 @@
 
 Ranks start, rendezvous, ship work and report errors over gRPC exactly as on the gRPC transport.
 Between two ranks on one machine, a message's bytes go into a shared-memory segment of the sender's
-(one copy), and its header (the same protobuf Header the wire carries, checked the same way) goes
-over a Unix socket that is also the doorbell: the receiver blocks on it (never spins: 4 ranks share
-2 cores here), and its end-of-file says at once that the peer is gone. The receiver reads, or
-reduces, straight from the sender's segment; small messages travel inline on the socket. Ranks on
-other machines get gRPC, as before: NCCL's SHM and NET transports, Open MPI's `sm` and `tcp`.
+(one copy), and its header (the wire's fields in a fixed binary layout, comm/doorbell.py, checked
+by the wire's rules) goes over a Unix socket that is also the doorbell: the receiver blocks on it
+(never spins: 4 ranks share 2 cores here), and its end-of-file says at once that the peer is gone.
+The receiver reads, or reduces, straight from the sender's segment; small messages travel inline
+on the socket. Ranks on other machines get gRPC, as before: NCCL's SHM and NET transports, Open
+MPI's `sm` and `tcp`.
 
 Shared memory is a kind of link, not a kind of communicator: `ShmLinks` makes a ShmLink to each
 peer on this machine, and the GrpcCommunicator's peer -> link table (`comm.routes`) sends through
