@@ -17,6 +17,7 @@ collective, algorithm and op names. Then the data.
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 
@@ -56,18 +57,32 @@ def pack(msg: Message, seq: int, offset: int = 0, length: int = 0, segment: int 
          segment_bytes: int = 0) -> bytes:
     """The header bytes of one frame of `msg`."""
     array, sig = msg.array, msg.signature
-    tag = msg.tag.encode()
-    parts = [FIXED.pack(VERSION, CODES[array.dtype.name], array.ndim,
-                        HAS_SIGNATURE if sig is not None else 0, msg.src, msg.step, seq,
-                        msg.epoch, msg.collective_id, array.nbytes, offset, length, segment,
-                        segment_bytes, len(tag)),
-             struct.pack(f"<{array.ndim}Q", *array.shape), tag]
-    if sig is not None:
-        names = [sig.collective.encode(), sig.algorithm.encode(), sig.op.encode()]
-        parts += [SIGNATURE.pack(sig.root, CODES.get(sig.dtype, 255), len(sig.shape),
-                                 *map(len, names)),
-                  struct.pack(f"<{len(sig.shape)}Q", *sig.shape), *names]
-    return b"".join(parts)
+    tag = _encoded(msg.tag)
+    return b"".join((FIXED.pack(VERSION, CODES[array.dtype.name], array.ndim,
+                                HAS_SIGNATURE if sig is not None else 0, msg.src, msg.step, seq,
+                                msg.epoch, msg.collective_id, array.nbytes, offset, length,
+                                segment, segment_bytes, len(tag)),
+                     _dims(array.ndim).pack(*array.shape), tag,
+                     b"" if sig is None else _signature_bytes(sig)))
+
+
+@functools.lru_cache(maxsize=256)
+def _encoded(text: str) -> bytes:
+    return text.encode()
+
+
+@functools.lru_cache(maxsize=MAX_DIMS + 1)
+def _dims(ndim: int) -> struct.Struct:
+    return struct.Struct(f"<{ndim}Q")
+
+
+@functools.lru_cache(maxsize=256)
+def _signature_bytes(sig: Signature) -> bytes:
+    """A collective's signature, packed once: every message of the collective carries it."""
+    names = [sig.collective.encode(), sig.algorithm.encode(), sig.op.encode()]
+    return b"".join((SIGNATURE.pack(sig.root, CODES.get(sig.dtype, 255), len(sig.shape),
+                                    *map(len, names)), _dims(len(sig.shape)).pack(*sig.shape),
+                     *names))
 
 
 def frames(msg: Message, seq: int, chunk_bytes: int):
@@ -82,31 +97,8 @@ def frames(msg: Message, seq: int, chunk_bytes: int):
             return
 
 
-class _Reader:
-    """Reads fields off a frame, each one checked to lie inside it."""
-
-    __slots__ = ("buf", "pos")
-
-    def __init__(self, buf: memoryview):
-        self.buf, self.pos = buf, 0
-
-    def take(self, layout: struct.Struct | str, what: str):
-        size = layout.size if isinstance(layout, struct.Struct) else struct.calcsize(layout)
-        if self.pos + size > len(self.buf):
-            raise WireError(f"a {len(self.buf)}-byte frame ends inside its {what}")
-        values = (layout.unpack_from(self.buf, self.pos) if isinstance(layout, struct.Struct)
-                  else struct.unpack_from(layout, self.buf, self.pos))  # formats are cached
-        self.pos += size
-        return values
-
-    def text(self, size: int, what: str) -> str:
-        if self.pos + size > len(self.buf):
-            raise WireError(f"a {len(self.buf)}-byte frame ends inside its {what}")
-        raw, self.pos = bytes(self.buf[self.pos:self.pos + size]), self.pos + size
-        try:
-            return raw.decode()
-        except UnicodeDecodeError:
-            raise WireError(f"the {what} is not UTF-8") from None
+def _short(frame, what: str) -> WireError:
+    return WireError(f"a {len(frame)}-byte frame ends inside its {what}")
 
 
 def _dtype(code: int, what: str) -> str:
@@ -115,25 +107,54 @@ def _dtype(code: int, what: str) -> str:
     return DTYPES[code]
 
 
+def _text(raw: bytes, what: str) -> str:
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        raise WireError(f"the {what} is not UTF-8") from None
+
+
+@functools.lru_cache(maxsize=256)
+def _signature(raw: bytes) -> Signature:
+    """A packed signature read back (whole: the caller cut it to its lengths)."""
+    root, code, ndim, *lengths = SIGNATURE.unpack_from(raw)
+    if ndim > MAX_DIMS:
+        raise WireError(f"bad signature: {ndim} dimensions")
+    pos = SIGNATURE.size + 8 * ndim
+    shape = _dims(ndim).unpack_from(raw, SIGNATURE.size)
+    names = []
+    for size in lengths:
+        names.append(_text(raw[pos:pos + size], "signature"))
+        pos += size
+    return Signature(names[0], names[1], names[2], _dtype(code, "signature"), shape, root)
+
+
 def unpack(frame) -> tuple[Head, memoryview]:
     """A frame's Head and a zero-copy view of its data; WireError if it cannot be read."""
-    r = _Reader(memoryview(frame))
+    buf = memoryview(frame)
+    if len(buf) < FIXED.size:
+        raise _short(buf, "header")
     (version, code, ndim, flags, src, step, seq, epoch, collective_id, nbytes, offset, length,
-     segment, segment_bytes, tag_len) = r.take(FIXED, "header")
+     segment, segment_bytes, tag_len) = FIXED.unpack_from(buf)
     if version != VERSION:
         raise WireError(f"header version {version} (this rank reads {VERSION})")
     if ndim > MAX_DIMS or flags & ~HAS_SIGNATURE:
         raise WireError(f"bad header: {ndim} dimensions, flags {flags:#x}")
-    shape = r.take(f"<{ndim}Q", "shape")
-    h = Head(src, r.text(tag_len, "tag"), seq, epoch, collective_id, step,
-             _dtype(code, "header") or "none", shape, nbytes, offset, length, segment,
-             segment_bytes)
+    pos = FIXED.size + 8 * ndim
+    if pos > len(buf):
+        raise _short(buf, "shape")
+    if pos + tag_len > len(buf):
+        raise _short(buf, "tag")
+    h = Head(src, _text(bytes(buf[pos:pos + tag_len]), "tag"), seq, epoch, collective_id, step,
+             _dtype(code, "header") or "none", _dims(ndim).unpack_from(buf, FIXED.size), nbytes,
+             offset, length, segment, segment_bytes)
+    pos += tag_len
     if flags & HAS_SIGNATURE:
-        root, sig_code, sig_ndim, *lengths = r.take(SIGNATURE, "signature")
-        if sig_ndim > MAX_DIMS:
-            raise WireError(f"bad signature: {sig_ndim} dimensions")
-        sig_shape = r.take(f"<{sig_ndim}Q", "signature")
-        names = [r.text(size, "signature") for size in lengths]
-        h.signature = Signature(names[0], names[1], names[2], _dtype(sig_code, "signature"),
-                                sig_shape, root)
-    return h, r.buf[r.pos:]
+        if pos + SIGNATURE.size > len(buf):
+            raise _short(buf, "signature")
+        _, _, sig_ndim, *lengths = SIGNATURE.unpack_from(buf, pos)
+        end = pos + SIGNATURE.size + 8 * min(sig_ndim, MAX_DIMS + 1) + sum(lengths)
+        if end > len(buf):
+            raise _short(buf, "signature")
+        h.signature, pos = _signature(bytes(buf[pos:end])), end
+    return h, buf[pos:]
