@@ -1,7 +1,6 @@
-"""One shared-memory link between two ranks on the same machine: a SOCK_SEQPACKET Unix socket for
-headers, doorbells, segment descriptors and releases, and the segments each side sends from
-(allreduce_edu.comm.segments). Used by the shm transport (allreduce_edu.comm.shm). A frame's
-header is the doorbell's fixed binary one (allreduce_edu.comm.doorbell), checked as the wire's."""
+"""One shared-memory link between two ranks on one machine (used by allreduce_edu.comm.shm): a
+SOCK_SEQPACKET Unix socket for headers (comm.doorbell), doorbells, segment descriptors and releases
+(sent by comm.shm_socket), and the segments each side sends from (comm.segments)."""
 
 from __future__ import annotations
 
@@ -10,17 +9,17 @@ import logging
 import os
 import select
 import socket
-import struct
 import threading
 import time
 
 import numpy as np
 
-from . import doorbell
 from .base import Request
+from .doorbell import Head, frames, pack, unpack
 from .errors import CollectiveTimeout, RankFailure
 from .mailbox import Message
 from .segments import MIN_SEGMENT, POOL_BYTES, Lease, Outbox, Pool, Segment
+from .shm_socket import send_frame, without_python_timeout
 from .wire import Assembler, WireError, check_header, to_message
 
 log = logging.getLogger("allreduce_edu")
@@ -29,9 +28,7 @@ INLINE_BYTES = 32 << 10  # messages up to this size travel in the socket frame i
 FRAME_BYTES = INLINE_BYTES + (16 << 10)  # one seqpacket: a header plus at most INLINE_BYTES
 MESSAGE, RELEASE = b"M", b"R"  # a frame's first byte: a message, or "I am done with segment n"
 TICK = 0.5  # how often waiting threads look whether their communicator is closing
-# the link's own thread reads the socket only once no recv has used the link for this long: a
-# second thread woken by every frame cost ~30 us a message here (a recv reads it on its thread)
-QUIET = TICK
+QUIET = TICK  # the link's thread reads only after this long without a recv (waking it: ~30 us)
 
 
 class ShmLink:
@@ -42,13 +39,8 @@ class ShmLink:
 
     def __init__(self, comm, peer: int, sock: socket.socket):
         self.comm, self.peer = comm, peer
-        # for sending, with the communicator's deadline kept by the kernel (SO_SNDTIMEO): a Python
-        # socket timeout polls before every send, and arming that timer costs more than the send
-        self.sock = sock
-        self.sock.settimeout(None)
-        seconds = max(comm.timeout, 0.001)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack(
-            "ll", int(seconds), int(seconds % 1 * 1e6)))
+        self.sock = sock  # for sending (shm_socket: the deadline is the kernel's)
+        without_python_timeout(sock, comm.timeout)
         self._rsock = socket.socket(fileno=os.dup(sock.fileno()))  # for receiving: polled
         self._rsock.setblocking(False)
         self._reading = threading.Lock()  # one reader at a time: a recv's thread, or the link's
@@ -100,14 +92,13 @@ class ShmLink:
             if segment is None:
                 with self._lock:
                     seq = self._next_seq()
-                    for frame in doorbell.frames(msg, seq, INLINE_BYTES):
+                    for frame in frames(msg, seq, INLINE_BYTES):
                         self._send([MESSAGE, *frame])
                 return
             segment.bytes[:nbytes] = msg.array.reshape(-1).view(np.uint8)  # the one copy
         new = segment.fd is not None  # the peer has not got this segment yet
         with self._lock:
-            frame = doorbell.pack(msg, self._next_seq(), segment=segment.id,
-                                  segment_bytes=segment.size)
+            frame = pack(msg, self._next_seq(), segment=segment.id, segment_bytes=segment.size)
             try:
                 self._send([MESSAGE, frame], [segment.fd] if new else [])
             except BaseException:
@@ -124,22 +115,10 @@ class ShmLink:
         return self._seq
 
     def _send(self, buffers: list, fds=()) -> None:
-        """Send one frame; while the peer's socket is full, read ours (the peer may be blocked
-        sending to us: each drains the other, so two eager senders never deadlock)."""
         c = self.comm
-        deadline = time.monotonic() + c.timeout
         try:
-            while True:
-                try:
-                    if fds:
-                        socket.send_fds(self.sock, buffers, fds, socket.MSG_DONTWAIT)
-                    else:
-                        self.sock.sendmsg(buffers, (), socket.MSG_DONTWAIT)
-                    return
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError from None
-                    self._wait_writable(deadline)
+            send_frame(self.sock, buffers, fds, time.monotonic() + c.timeout, self._rsock,
+                       self.read_waiting)
         except TimeoutError:
             raise CollectiveTimeout(f"rank {c.rank}: rank {self.peer} took no message for "
                                     f"{c.timeout:.0f} s (its socket is full); is it stuck?",
@@ -149,20 +128,17 @@ class ShmLink:
                                      f"link to it failed: {e.strerror})", ranks=(self.peer,))
             raise self.error from None
 
-    def _wait_writable(self, deadline: float) -> None:
-        poller = select.poll()
-        poller.register(self.sock, select.POLLOUT)
-        poller.register(self._rsock, select.POLLIN)
-        timeout = min(max(deadline - time.monotonic(), 0), TICK)
-        for fd, _ in poller.poll(timeout * 1000):
-            if fd == self._rsock.fileno():
-                self._read_one(wait_turn=False)
+    def read_waiting(self) -> bool:
+        """Read one frame already waiting, unless another thread is reading (a sender may hold
+        `_lock`, which a reader's release needs); raise if the link has ended with an error."""
+        got = self._read_one(wait_turn=False)
         if self._ended and self.error is not None:
             raise self.error
+        return got
 
     def drain(self) -> None:
         """Read every frame already waiting (releases, messages), without waiting for more."""
-        while not self._ended and self._read_one(wait_turn=False):
+        while not self._ended and self.read_waiting():
             pass
 
     def outbox(self, shape: tuple, dtype: np.dtype) -> np.ndarray | None:
@@ -210,15 +186,14 @@ class ShmLink:
                 self._last_recv = time.monotonic()
 
     def _receive(self) -> None:
-        """The link's own thread: frames that come while nobody waits for them (releases,
-        messages received later, the end of file of a peer that died), once the link is QUIET.
-        Meanwhile recvs read the socket, senders drain it (`drain`, `_wait_writable`)."""
+        """The link's own thread, once the link is QUIET: frames nobody waits for (releases, later
+        messages, a dead peer's end of file). Meanwhile recvs read it and senders `drain` it."""
         poller = select.poll()
         poller.register(self._rsock, select.POLLIN)
         while not self._ended and not self.comm.closing:
             idle = time.monotonic() - self._last_recv
             if self._callers or idle < QUIET:
-                self._closed.wait(TICK if self._callers else QUIET - idle)
+                self._closed.wait(TICK if self._callers else min(TICK, QUIET - idle))
             elif poller.poll(TICK * 1000):
                 self._read_one(own_thread=True)
 
@@ -274,7 +249,7 @@ class ShmLink:
             return
         if kind != MESSAGE:
             raise WireError(f"unknown frame kind {kind!r}")
-        h, payload = doorbell.unpack(body)
+        h, payload = unpack(body)
         if not h.segment:
             if fds:
                 raise WireError("a file descriptor with an inline frame")
@@ -284,7 +259,7 @@ class ShmLink:
         if message is not None:
             self.comm.deliver(message)
 
-    def _lease(self, h: doorbell.Head, fds: list[int]) -> np.ndarray:
+    def _lease(self, h: Head, fds: list[int]) -> np.ndarray:
         """The array a segment frame describes, in the sender's segment (checked first)."""
         check_header(h, self.comm.world_size, self.peer, self.comm.max_message_bytes)
         if h.offset or h.length:

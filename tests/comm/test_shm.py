@@ -238,3 +238,24 @@ def test_a_received_descriptor_must_be_a_sealed_memfd(tmp_path):
     segment = Segment(2, 1 << 20)
     assert fcntl.fcntl(segment.fd, fcntl.F_GET_SEALS) & fcntl.F_SEAL_SHRINK
     segment.handed_over()
+
+
+def _both_send_first(comm, count):
+    """Each rank sends `count` inline messages to the other before receiving any: far more than a
+    socket holds, so each rank's sends must read the other's while they wait for room (the links'
+    own threads are kept out of it: a recv a moment ago, and a QUIET longer than the test)."""
+    from allreduce_edu.comm import shm_link
+
+    peer, quiet = 1 - comm.rank, shm_link.QUIET
+    shm_link.QUIET = 1e9
+    try:
+        comm.barrier()  # a recv on the link: its thread now waits for QUIET
+        for i in range(count):
+            comm.send(peer, np.full(INLINE_BYTES // 4, i, np.float32), "eager")
+        return all((comm.recv(peer, "eager") == i).all() for i in range(count))
+    finally:
+        shm_link.QUIET = quiet
+
+
+def test_two_eager_senders_to_each_other_never_deadlock():
+    assert cluster_for("shm", 2).run(_both_send_first, 40) == [True, True]
