@@ -26,6 +26,7 @@ from .quorum_cases import (
     splits,
 )
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
+from .spec import Blank, Slip, number
 
 # --- 15.1 ------------------------------------------------------------------------------------
 QUORUM_SOLUTION = """\
@@ -229,8 +230,59 @@ def _useful(mtbf: float, c: float, r: float, tau: float, lost: float = 0.5) -> f
     return 1 - c / tau - (r + lost * tau) / mtbf
 
 
-@exercise(
-    "15.3", "predict restart-from-checkpoint's goodput", kind="number",
+def _tau(d) -> float:
+    """Young/Daly's checkpoint interval √(2·C·MTBF), seconds."""
+    return math.sqrt(2 * d.checkpoint * d.mtbf)
+
+
+def _goodput(d) -> float:
+    return _useful(d.mtbf, d.checkpoint, d.restart, _tau(d))
+
+
+def _goodput_slips(d) -> list[Slip]:
+    mtbf, c, r, tau, want = d.mtbf, d.checkpoint, d.restart, _tau(d), _goodput(d)
+    return [
+        Slip(tau, "that is the interval τ (step 1): now count what it loses, in steps per second."),
+        Slip(tau / 60, "that is the interval τ in minutes (step 1): now count what it loses."),
+        Slip(1 - want, "that is the share lost: the question asks for the useful steps per "
+             "second."),
+        Slip(100 * want, "that looks like a percentage: answer in steps per second (at most 1)."),
+        Slip(1 - c / tau - tau / (2 * mtbf), "you left out the restart: each failure also costs R "
+             "before any step runs again."),
+        Slip(_useful(mtbf, c, r, tau, lost=1.0), "a failure strikes on average halfway through an "
+             "interval: it loses τ/2 of work, not a whole τ."),
+        Slip(1 - (r + tau / 2) / mtbf, "writing a checkpoint every τ seconds costs C each time: "
+             "C/τ of the time goes to checkpoints."),
+        Slip(_useful(mtbf, c, r, math.sqrt(c * mtbf)), "Young/Daly's interval is √(2·C·MTBF), "
+             "with the 2."),
+        Slip(1 - tau / (2 * mtbf), "that counts only the redone work: add the checkpoints' C/τ "
+             "and the restart R per failure."),
+    ]
+
+
+def _goodput_success(d) -> str:
+    tau, lost = _tau(d), d.restart + _tau(d) / 2
+    return (f"{_goodput(d):.3f} steps/s: τ = √(2·C·MTBF) = {tau:,.0f} s; checkpoints take "
+            f"C/τ = {d.checkpoint / tau:.1%} of the time, and each failure costs R + τ/2 = "
+            f"{lost:,.0f} s, {lost / d.mtbf:.1%} of an MTBF. Quorum training pays neither the "
+            f"checkpoints nor the redone work: a failure costs it a heal.")
+
+
+check_goodput = number(
+    "15.3", "predict restart-from-checkpoint's goodput", module=__name__, checker="check_goodput",
+    question=None,  # the lesson asks it under "Exercises", after 15.1 and 15.2
+    blanks=(Blank("my_goodput", "useful steps per second: a number, or an expression of mtbf, C "
+                  "and R",  # the key: Young/Daly's τ = √(2·C·MTBF), then both losses
+                  "1 - C / (2 * C * mtbf) ** 0.5 - (R + (2 * C * mtbf) ** 0.5 / 2) / mtbf"),),
+    inputs={"mtbf": 4 * 3600, "checkpoint": 60, "restart": 300},
+    setup="mtbf, C, R = 4 * 3600, 60, 300   # seconds: between failures, a checkpoint, a restart",
+    call="mtbf, C, R", unit="useful steps per second",
+    # the goodput is flat near Young/Daly's optimum: forgetting the 2 in √(2·C·MTBF) costs 0.6 %,
+    # so 2 % would pass that slip; 0.3 % tells it apart and still passes 0.888 and 0.89
+    tolerance=0.003,
+    answer=_goodput, slips=_goodput_slips, success=_goodput_success,
+    otherwise=lambda d, name, got: (f"off by {got - _goodput(d):+.3f} steps/s: find τ first, "
+                                    f"then subtract the two losses (hint(\"15.3\"))."),
     todo="replace None with useful steps per second (a number, or an expression of mtbf, C "
          "and R), then run this cell again.",
     hints=("Two steps. First the checkpoint interval τ that wastes least: Young (1974) and Daly "
@@ -244,46 +296,4 @@ def _useful(mtbf: float, c: float, r: float, tau: float, lost: float = 0.5) -> f
     solution="""τ = √(2·C·MTBF) = √(2 × 60 × 14,400) ≈ 1,315 s (about 22 minutes).
 Checkpoints: C/τ = 60 / 1,315 ≈ 4.6 % of the time.
 Failures: each costs R + τ/2 = 300 + 657 ≈ 957 s, once per 14,400 s: ≈ 6.6 %.
-Goodput ≈ 1 − 0.046 − 0.066 ≈ 0.888 useful steps per second (of 1 without failures).""",
-    key="""import math
-
-from allreduce_edu.exercises.lesson15 import check_goodput, hint, solution
-
-mtbf, C, R = 4 * 3600, 60, 300   # seconds: between failures, a checkpoint, a restart
-tau = math.sqrt(2 * C * mtbf)    # Young/Daly: the interval that wastes least
-my_goodput = 1 - C / tau - (R + tau / 2) / mtbf   # checkpoints, then restart + half an interval
-check_goodput(my_goodput, mtbf, C, R)""")
-def check_goodput(answer, mtbf: float = 4 * 3600, checkpoint: float = 60,
-                  restart: float = 300) -> Feedback:
-    """Exercise 15.3: goodput (1 step/s without failures) at the Young/Daly interval."""
-    if isinstance(answer, bool) or not isinstance(answer, (int, float, np.integer, np.floating)):
-        return failed("answer with a number: useful steps per second.")
-    tau = math.sqrt(2 * checkpoint * mtbf)
-    want = _useful(mtbf, checkpoint, restart, tau)
-    if abs(answer - want) <= 0.003:
-        return passed(f"{want:.3f} steps/s: τ = √(2·C·MTBF) = {tau:,.0f} s; checkpoints take "
-                      f"C/τ = {checkpoint / tau:.1%} of the time, and each failure costs "
-                      f"R + τ/2 = {restart + tau / 2:,.0f} s, {(restart + tau / 2) / mtbf:.1%} "
-                      f"of an MTBF. Quorum training pays neither the checkpoints nor the redone "
-                      f"work: a failure costs it a heal.")
-    slips = (
-        (tau, "that is the interval τ (step 1): now count what it loses, in steps per second."),
-        (tau / 60, "that is the interval τ in minutes (step 1): now count what it loses."),
-        (1 - want, "that is the share lost: the question asks for the useful steps per second."),
-        (100 * want, "that looks like a percentage: answer in steps per second (at most 1)."),
-        (1 - checkpoint / tau - tau / (2 * mtbf), "you left out the restart: each failure also "
-         "costs R before any step runs again."),
-        (_useful(mtbf, checkpoint, restart, tau, lost=1.0), "a failure strikes on average "
-         "halfway through an interval: it loses τ/2 of work, not a whole τ."),
-        (1 - (restart + tau / 2) / mtbf, "writing a checkpoint every τ seconds costs C each "
-         "time: C/τ of the time goes to checkpoints."),
-        (_useful(mtbf, checkpoint, restart, math.sqrt(checkpoint * mtbf)), "Young/Daly's "
-         "interval is √(2·C·MTBF), with the 2."),
-        (1 - tau / (2 * mtbf), "that counts only the redone work: add the checkpoints' C/τ "
-         "and the restart R per failure."),
-    )
-    for value, why in slips:
-        if abs(answer - value) <= 0.003 * max(1.0, abs(value)):
-            return failed(why)
-    return failed(f"off by {answer - want:+.3f} steps/s: find τ first, then subtract the two "
-                  f"losses (hint(\"15.3\")).")
+Goodput ≈ 1 − 0.046 − 0.066 ≈ 0.888 useful steps per second (of 1 without failures).""")

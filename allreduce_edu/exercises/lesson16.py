@@ -18,8 +18,9 @@ from ..comm.links import Links
 from ..costmodel import scheduled_on_links
 from ..runtime import TESTBED, Cluster
 from ..tuner import tune
-from .feedback import Feedback, failed, multiple_choice, passed
+from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
+from .spec import choice
 
 
 # --- the lesson's tools ------------------------------------------------------------------------
@@ -235,8 +236,27 @@ def tuned_choice(world_size: int = 64, nbytes: int = 16 << 20, links: Links = TE
     return row["algorithm"], row["protocol"]
 
 
-@exercise(
-    "16.2", "the tuner's choice on 64 ranks", kind="choice",
+check_tuner_choice = choice(
+    "16.2", "the tuner's choice on 64 ranks", module=__name__, checker="check_tuner_choice",
+    question=None,  # the lesson asks it under "Practice", with the pairs as the tuner names them
+    imports="",  # the cell imports the checker alone
+    options={"a": "the ring, protocol Simple", "b": "double binary tree, protocol Simple",
+             "c": "binomial tree, protocol LL", "d": "double binary tree, protocol LL"},
+    right=next(k for k, v in CHOICES.items() if v == tuned_choice()),  # what tune() picks
+    slips={
+        "a": "the ring wins large messages on 8 ranks, but its latency term grows with N: on "
+             "64 ranks 2(N − 1) = 126 steps of α = 10 ms are 1.26 s before a byte moves.",
+        "c": "many ranks make latency matter, but 16 MiB through the binomial tree is 12 "
+             "whole-buffer passes, and LL would halve the bandwidth of each.",
+        "d": "the algorithm is right, but LL spends half of every 8-byte store on a flag: at "
+             "16 MiB the bytes dominate, so halving the bandwidth to save µs of α loses.",
+    },
+    why="the double binary tree with Simple. On 64 ranks the ring pays 2(N − 1) = 126 latencies, "
+        "1.26 s before a byte moves; the binomial tree moves the whole 16 MiB 2·6 = 12 times, "
+        "about 2 s; the double binary tree moves about 2·S per port in about 2·log2 64 + K "
+        "steps, near 1 s. And 16 MiB is bandwidth-bound: LL would halve the bandwidth to save "
+        "microseconds, so Simple. Check: tune(64, [16 << 20], TESTBED, [\"ring\", \"tree\", "
+        "\"double_binary_tree\"]).",
     hints=("Two choices in one: the algorithm, then the protocol. On the testbed α is 10 ms and "
            "a protocol adds microseconds, so the protocol's α hardly matters; its bandwidth "
            "share does whenever bytes matter.",
@@ -245,28 +265,4 @@ def tuned_choice(world_size: int = 64, nbytes: int = 16 << 20, links: Links = TE
            "≈ 2·S per port in about 2 log2 N + K steps.",
            "The key idea: the ring's step count grows with N and the binomial tree's bytes with "
            "log N, while the double binary tree keeps both small; and a bandwidth-bound message "
-           "wants the protocol that keeps all the bandwidth."),
-    solution="""b: double_binary_tree/Simple. On 64 ranks the ring pays 2(N-1) = 126 latencies,
-1.26 s before a byte moves; the binomial tree moves the whole 16 MiB 2·6 = 12 times, about 2 s;
-the double binary tree moves about 2·S per port in about 2·log2 64 + K steps, near 1 s. And 16 MiB
-is bandwidth-bound: LL would halve the bandwidth to save microseconds, so Simple.
-Check: tune(64, [16 << 20], TESTBED, ["ring", "tree", "double_binary_tree"]).""",
-    key="""from allreduce_edu.exercises.lesson16 import check_tuner_choice
-
-check_tuner_choice("b")""")
-def check_tuner_choice(choice: str) -> Feedback:
-    """Exercise 16.2: which algorithm/protocol does tune() choose for 16 MiB on 64 testbed ranks?"""
-    hints = {
-        "a": "no: the ring wins large messages on 8 ranks, but its latency term grows with N: on "
-             "64 ranks 2(N − 1) = 126 steps of α = 10 ms are 1.26 s before a byte moves.",
-        "b": "",
-        "c": "no: many ranks make latency matter, but 16 MiB through the binomial tree is 12 "
-             "whole-buffer passes, and LL would halve the bandwidth of each.",
-        "d": "no: the algorithm is right, but LL spends half of every 8-byte store on a flag: "
-             "at 16 MiB the bytes dominate, so halving the bandwidth to save µs of α loses.",
-    }
-    right = next(k for k, v in CHOICES.items() if v == tuned_choice())
-    success = ("the double binary tree with Simple: the ring's 126 latencies and the binomial "
-               "tree's 12 passes of the buffer both cost more than its ≈ 2·S per port in "
-               "logarithmic steps, and a bandwidth-bound message keeps all the bandwidth.")
-    return multiple_choice(choice, hints, right=right, success=success)
+           "wants the protocol that keeps all the bandwidth."))

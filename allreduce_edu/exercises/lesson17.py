@@ -13,7 +13,8 @@ import numpy as np
 from ..collectives import allreduce
 from ..compress import ErrorFeedback, allreduce_fp8
 from ..compress.train import sent_since
-from .feedback import Feedback, failed, multiple_choice, passed
+from .feedback import Feedback, failed, passed
+from .lesson17_questions import check_powersgd_ratio, check_when_compression_pays  # noqa: F401
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 
 # all-reduce-shaped exchanges (2(N − 1) steps each) a scheme runs per step; every other scheme: 1
@@ -209,92 +210,3 @@ def _why(step, grad, residual, given, new, sent, gap) -> str:
         return (f"{where} Your residual is grad − sent, which forgets the residual you were "
                 f"given: keep what compress did not send of the sum it was given.")
     return f"{where} hint(\"17.1\") gives a hint."
-
-
-# --- 17.2 ------------------------------------------------------------------------------------
-@exercise(
-    "17.2", "predict PowerSGD's compression ratio for a conv layer", kind="number",
-    todo="replace None with the ratio (a number or an expression), then run this cell again.",
-    hints=("PowerSGD compresses matrices. A gradient of more than two dimensions is viewed as "
-           "a matrix first: its first dimension by all the others together (torch: "
-           "view(n, -1)). What are n and m for shape (256, 128, 3, 3)?",
-           "n = 256 and m = 128·3·3 = 1152. Then count what travels instead of the n·m values.",
-           "The key idea: P is n×r and Q is m×r, and both travel, so (n + m)·r values replace "
-           "n·m; the ratio is the values before divided by the values after."),
-    solution="""View the gradient as a matrix: n = 256 rows by m = 128·3·3 = 1152 columns.
-Uncompressed it is n·m = 294,912 values; PowerSGD at rank 2 sends P (n×r) and Q (m×r):
-(n + m)·r = 1408·2 = 2,816 values. The ratio is 294,912 / 2,816 ≈ 104.7
-(compression_ratio(256, 1152, 2)).""",
-    key="""from allreduce_edu.exercises.lesson17 import check_powersgd_ratio, hint, solution
-
-# view (256, 128, 3, 3) as 256 × 1152; P and Q travel: (n + m)·r values instead of n·m
-my_ratio = 256 * 1152 / ((256 + 1152) * 2)
-check_powersgd_ratio(my_ratio)""")
-def check_powersgd_ratio(answer, shape=(256, 128, 3, 3), rank: int = 2) -> Feedback:
-    """Exercise 17.2: how many times fewer values PowerSGD sends for a gradient of `shape`."""
-    if isinstance(answer, bool) or not isinstance(answer, (int, float, np.integer, np.floating)) \
-            or not answer > 0:
-        return failed("answer with a positive number: how many times fewer values travel.")
-    n, m, r = shape[0], math.prod(shape[1:]), rank
-    want = n * m / ((n + m) * r)
-    def close(x):
-        return abs(answer - x) <= 0.01 * x
-    if close(want):
-        return passed(f"{want:.1f}: the {shape} gradient is a {n}×{m} matrix, {n * m:,} values; "
-                      f"P and Q are ({n} + {m})·{r} = {(n + m) * r:,}. A layer this wide "
-                      f"compresses well; a 64×64 matrix at rank 2 only 16×.")
-    second = shape[1]
-    wrong = {
-        n * second / ((n + second) * r): f"that uses m = {second}. PowerSGD views the gradient as "
-        f"shape[0] × everything else, so m = {second}·{math.prod(shape[2:])} = {m}.",
-        n * m / (n + m): "each factor has r columns: P is n×r and Q is m×r, so (n + m)·r values "
-        "travel.",
-        m / r: "that counts only P (n×r) against n·m: Q (m×r) travels too.",
-        n / r: "that counts only Q (m×r): P (n×r) travels too.",
-        n * m / (sum(shape) * r): "the matrix has two sides, n and m: every dimension after the "
-        "first goes into m (their product), not into a sum of four.",
-        (n + m) * r / (n * m): "that is the compressed share; the ratio is before ÷ after, more "
-        "than 1.",
-    }
-    for value, why in wrong.items():
-        if close(value):
-            return failed(why)
-    return failed(f"off by ×{answer / want:.3g}: view the gradient as a matrix, count the values "
-                  f"of P and Q, and divide (hint(\"17.2\")).")
-
-
-# --- 17.3 ------------------------------------------------------------------------------------
-@exercise(
-    "17.3", "when compression pays", kind="choice",
-    hints=("Write the α-β time of one plain ring all-reduce here: 2(N − 1)·α + 2(N − 1)/N·S·β. "
-           "Which of the two terms is bigger on this network?",
-           "Compression shrinks S, so only the β term. How many all-reduces, each paying "
-           "2(N − 1)·α, does one PowerSGD step run?",
-           "The key idea: compression pays only when the bytes' time dominates the step. Where "
-           "latency dominates, fewer bytes save almost nothing, and PowerSGD's three all-reduces "
-           "pay the latency three times."),
-    solution="""c: on this network the plain ring takes 2(N − 1)·α = 14 · 30 ms = 420 ms of
-latency and only 2(N − 1)/N · 2 MB / 1 GB/s ≈ 3.5 ms of bytes. PowerSGD shrinks the 3.5 ms to
-almost nothing but runs three all-reduces (the uncompressed tensors, the Ps, the Qs), each paying
-the 420 ms: about 1.26 s against 0.42 s. fp16 would save under 2 ms. Compression pays where
-the β term dominates (the slow link above), not where α does.""",
-    key="""from allreduce_edu.exercises.lesson17 import check_when_compression_pays, hint, solution
-
-my_choice = "c"   # α dominates; PowerSGD pays it three times
-check_when_compression_pays(my_choice)""")
-def check_when_compression_pays(choice: str) -> Feedback:
-    """Exercise 17.3: PowerSGD across two data centres with a large α and small gradients."""
-    answers = {
-        "a": "no: count the time, not the bytes. Here plain's bytes take about 3.5 ms "
-             "(2(N − 1)/N·S·β); what does the α part cost, and how often does PowerSGD pay it?",
-        "b": "no: slow in which term? α is large here but the bytes are few: 2(N − 1)·α ≈ 420 "
-             "ms against ≈ 3.5 ms of bytes. Compression shrinks only the bytes' term.",
-        "c": "",
-        "d": "no: compression_ratio(128, 128, 4) is 16, so PowerSGD does send fewer values. "
-             "The reason is what every all-reduce costs whatever its size.",
-    }
-    success = ("the step is latency-bound: 420 ms of α against 3.5 ms of bytes, and PowerSGD "
-               "runs three all-reduces, about 1.26 s against 0.42 s. Compression pays only when "
-               "the β term dominates; torch's hooks and DeepSpeed's 1-bit Adam are for "
-               "bandwidth-bound steps.")
-    return multiple_choice(choice, answers, right="c", success=success)

@@ -6,7 +6,8 @@ the instructor's key, the question's markdown and the "not attempted yet" text.
                                 slips={"a": "hint", ...}, why="...", hints=(...))
 
 A number passes within TOLERANCE of the answer (counts of bytes, steps or ranks exactly); a slip
-(a typical wrong value) gets its own hint, matched with the same tolerance.
+(a typical wrong value) gets its own hint, matched with the same tolerance. A spec whose slips lie
+closer to its answer than that (a goodput near its optimum) states a narrower `tolerance`.
 """
 
 from __future__ import annotations
@@ -26,15 +27,15 @@ MIB = 1 << 20
 REQUIRED = inspect.Parameter.empty  # an input the cell passes (alpha, beta: measured above)
 
 
-def close(value, target, exact: bool = False) -> bool:
+def close(value, target, exact: bool = False, tolerance: float = TOLERANCE) -> bool:
     """Whether `value` is the answer `target` (numbers or arrays of them): equal for counts,
-    within TOLERANCE otherwise."""
+    within `tolerance` (relative) otherwise."""
     value, target = np.asarray(value, dtype=float), np.asarray(target, dtype=float)
     if value.shape != target.shape:
         return False
     if exact:
         return bool(np.array_equal(value, target))
-    return bool(np.allclose(value, target, rtol=TOLERANCE, atol=1e-12))
+    return bool(np.allclose(value, target, rtol=tolerance, atol=1e-12))
 
 
 @dataclass(frozen=True)
@@ -57,10 +58,12 @@ class Cell:
     blanks: tuple[Blank, ...]
     setup: str = ""  # lines both cells start with (question data: S, N = 16 << 20, 4)
     call: str = ""  # what the checker call passes after the blanks (alpha, beta)
+    imports: str = "hint, solution"  # what the cell imports besides the checker
 
     def _lines(self, solved: bool) -> str:
         lesson = self.module.rsplit(".", 1)[-1]
-        head = f"from allreduce_edu.exercises.{lesson} import {self.checker}, hint, solution\n\n"
+        names = ", ".join(n for n in (self.checker, self.imports) if n)
+        head = f"from allreduce_edu.exercises.{lesson} import {names}\n\n"
         setup = self.setup.strip("\n") + "\n" if self.setup else ""
         width = max(len(f"{b.variable} = {b.empty}") for b in self.blanks)
         body = "".join(f"{f'{b.variable} = ' + (b.key if solved else b.empty):<{width}}"
@@ -101,15 +104,17 @@ def _register(id, title, kind, cell: Cell, check, signature, hints, solution, to
 
 
 # --- choice ----------------------------------------------------------------------------------
-def choice(id: str, title: str, *, module: str, checker: str, question: str,
+def choice(id: str, title: str, *, module: str, checker: str, question: str | None,
            options: dict[str, str], right: str, slips: dict[str, str], why: str,
-           hints: tuple[str, ...]):
-    """A multiple-choice exercise: every wrong option is a misconception with its own hint."""
+           hints: tuple[str, ...], imports: str = "hint, solution"):
+    """A multiple-choice exercise: every wrong option is a misconception with its own hint
+    (`question` None: the lesson asks it in its own words)."""
     if set(slips) | {right} != set(options) or right in slips:
         raise ValueError(f"exercise {id}: every wrong option needs its own hint, the right none")
     letters = sorted(options)
     listed = ", ".join(f'"{x}"' for x in letters[:-1]) + f' or "{letters[-1]}"'
-    cell = Cell(module, checker, (Blank("my_choice", listed, f'"{right}"', empty='"?"'),))
+    cell = Cell(module, checker, (Blank("my_choice", listed, f'"{right}"', empty='"?"'),),
+                imports=imports)
 
     def check(choice) -> Feedback:
         picked = str(choice).strip().lower().strip("()")
@@ -141,7 +146,8 @@ def number(id: str, title: str, *, module: str, checker: str, question: str | No
            blanks: tuple[Blank, ...], answer, inputs: dict | None = None, slips=None,
            success, otherwise: str | object = "", unit: str = "", exact: bool = False,
            hints: tuple[str, ...], solution: str, setup: str = "", call: str = "",
-           verb: str = "predict", todo: str = ""):
+           verb: str = "predict", todo: str = "", tolerance: float = TOLERANCE,
+           imports: str = "hint, solution"):
     """A number exercise: `answer(d)` gives the value (or {blank: value}) from the inputs `d`;
     `slips(d)` the typical wrong values with their hints; `success(d)` the passing message."""
     inputs = dict(inputs or {})
@@ -150,7 +156,7 @@ def number(id: str, title: str, *, module: str, checker: str, question: str | No
     signature = inspect.Signature([inspect.Parameter(n, kind) for n in names]
                                   + [inspect.Parameter(k, kind, default=v)
                                      for k, v in inputs.items()])
-    cell = Cell(module, checker, tuple(blanks), setup, call)
+    cell = Cell(module, checker, tuple(blanks), setup, call, imports)
 
     def check(*args, **kwargs) -> Feedback:
         bound = signature.bind(*args, **kwargs)
@@ -179,10 +185,10 @@ def number(id: str, title: str, *, module: str, checker: str, question: str | No
                               f"{f' of {unit}' if unit else ''}, not {got.tolist()}.")
             whole = bool(np.all(got == np.floor(got)))
             got = got.tolist() if shape else float(got)
-            if close(got, want[name], exact):
+            if close(got, want[name], exact, tolerance):
                 continue
             for slip in (slips(d) if slips else ()):
-                if slip.blank in ("", name) and close(got, slip.value, exact):
+                if slip.blank in ("", name) and close(got, slip.value, exact, tolerance):
                     return failed(_label(name, names) + slip.hint)
             if exact and not whole:
                 return failed(f"{_label(name, names)}a count is a whole number, not "

@@ -86,7 +86,7 @@ def test_powersgd_ratio_checker():
     for answer, text in [(256 * 128 / (384 * 2), "m = 128"), (256 * 1152 / 1408, "r columns"),
                          (1152 / 2, "only P"), (256 / 2, "only Q"),
                          (256 * 1152 / (390 * 2), "two sides"), (1 / want, "before ÷ after"),
-                         (3 * want, "off by"), (-1, "positive number"), ("105", "positive")]:
+                         (3 * want, "off by"), (-1, "positive number"), ("105", "answer with a number")]:
         feedback = check_powersgd_ratio(answer)
         assert not feedback and text in feedback.message, (answer, feedback)
     assert check_powersgd_ratio(None).status == "not attempted"
