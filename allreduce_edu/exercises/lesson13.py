@@ -1,7 +1,8 @@
 """Lesson 13 · your collectives inside PyTorch: DDP trained through a communication hook, and the
 fused LayerNorm forward and backward in a tensor-parallel block; the lesson's helpers and the
-checker of exercise 13.1, which trains the block on ranks with your gradient sync and names the
-parameter and the step where the ranks first disagree.
+checkers of exercise 13.1 (your DDP communication hook, a bucket through your ring: the first
+bucket, step and rank whose result is not the ranks' mean) and 13.2 (your gradient sync of the
+norm: the parameter and the step where the ranks first disagree).
 
 PyTorch is imported only inside the functions, so the course's exercises load without it.
 """
@@ -14,6 +15,7 @@ from ..collectives import allreduce
 from ..pytorch import NEEDS_TORCH, have_torch
 from ..runtime import Cluster
 from .feedback import Feedback, failed, passed
+from .harness import failed_rank
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 
 NORM_PARAMETERS = ("layernorm.weight", "layernorm.bias")
@@ -104,13 +106,84 @@ def no_sync(comm, grad_weight, grad_bias):
 
 
 # --- 13.1 ------------------------------------------------------------------------------------
+HOOK_SOLUTION = """def my_ddp_hook(state, bucket):
+    import torch
+
+    grads = bucket.buffer().detach().numpy()   # this rank's gradients of the bucket, flat
+    total = state.ring(state.comm, grads)      # your ring: their sum over the ranks
+    future = torch.futures.Future()
+    future.set_result(torch.from_numpy(total / state.comm.world_size))   # DDP wants the mean
+    return future"""
+
+
+@exercise(
+    "13.1", "write the DDP communication hook", kind="code", function="my_ddp_hook",
+    solution=HOOK_SOLUTION,
+    explanation="""DDP hands the hook one bucket: this rank's gradients of a few layers, flat. The
+hook sends them through the ring (the sum over the ranks), divides by N (each rank's gradient is
+the mean over its shard, so the batch's is the ranks' mean) and returns a future holding that
+tensor; DDP waits on it and copies it back into the gradients. This hook completes the future
+before it returns, so backward waits for each bucket; the library's allreduce_hook runs the ring
+on the rank's communication thread instead and completes the future there, while backward goes
+on.""",
+    hints=('bucket.buffer() is the bucket as one flat torch tensor; .detach().numpy() gives the '
+           'float64 array your ring takes, and state.ring(state.comm, x) runs it.',
+           "Your ring returns the sum over the ranks. Each rank's gradient is the mean over its "
+           "own shard of the batch: what does one process's gradient of the whole batch equal?",
+           "A torch.futures.Future() is completed with future.set_result(tensor); DDP accepts a "
+           "future that is already complete when the hook returns it.",
+           "The key idea: a hook is a promise about one bucket. DDP gives you this rank's "
+           "gradients and waits on what you return; you send them around the ring, turn the sum "
+           "into the average over the ranks, and hand that back in a future, same shape and "
+           "type, so every rank copies the same gradients into its model."),
+    key="""from allreduce_edu.exercises.lesson13 import check_ddp_hook, hint, solution
+
+
+""" + HOOK_SOLUTION + """
+
+
+check_ddp_hook(my_ddp_hook, ring)""")
+def check_ddp_hook(my_ddp_hook, ring=None, world_size: int = 3, steps: int = 3,
+                   cluster=None, deadline: float = 20.0) -> Feedback:
+    """Exercise 13.1: lesson 13's CNN under DDP on `world_size` gRPC ranks (or `cluster`'s), each
+    bucket through your hook and `ring` (the reference ring when None): every bucket's result is
+    the ranks' mean, on every rank, sent through the ring, and the loss is one process's."""
+    if not have_torch():
+        return Feedback(False, f"this checker {NEEDS_TORCH}", "check failed")
+    from ..pytorch.ddp import rendezvous
+    from .lesson13_hook import diagnose, one_process_losses, train_with_hook
+    from .registry import reference
+
+    ring = reference("03.1") if ring is None else ring
+    args = (rendezvous(), my_ddp_hook, ring, steps, deadline)
+    try:
+        if cluster is None:
+            with Cluster(world_size) as ranks:
+                per_rank = ranks.run(train_with_hook, *args)
+        else:
+            per_rank = cluster.run(train_with_hook, *args)
+    except Exception as e:  # noqa: BLE001 - the learner's hook ran on the ranks: report it
+        on = "a rank" if failed_rank(e) is None else f"rank {failed_rank(e)}"
+        text = str(e).strip().splitlines()[0].removeprefix(f"{on}: ")
+        return failed(f"my_ddp_hook failed on {on}: {type(e).__name__}: {text} "
+                      f"(hint(\"13.1\")).")
+    wrong = diagnose(per_rank, one_process_losses(steps))
+    if wrong:
+        return failed(f"{wrong} (hint(\"13.1\")).")
+    buckets = len(per_rank[0]["log"])
+    return passed(f"all {buckets} buckets of {steps} steps came back as the mean of the "
+                  f"{len(per_rank)} ranks' gradients, on every rank, and every one of them "
+                  f"travelled through your ring.")
+
+
+# --- 13.2 ------------------------------------------------------------------------------------
 SYNC_SOLUTION = """def my_sync_norm_grads(comm, grad_weight, grad_bias):
     # each rank's gradients come from the rows it normalised: add them up over the ranks
     return allreduce(comm, grad_weight), allreduce(comm, grad_bias)"""
 
 
 @exercise(
-    "13.1", "keep the norm's weights in step", kind="code", function="my_sync_norm_grads",
+    "13.2", "keep the norm's weights in step", kind="code", function="my_sync_norm_grads",
     solution=SYNC_SOLUTION, needs={"allreduce": allreduce},
     explanation="""Every rank normalises only its own rows, so its gradient of the norm's weight and
 bias sums over those rows alone. The batch's gradient is the sum over all rows: one all-reduce
@@ -131,7 +204,7 @@ from allreduce_edu.exercises.lesson13 import check_norm_grad_sync, hint, solutio
 check_norm_grad_sync(my_sync_norm_grads)""")
 def check_norm_grad_sync(my_sync_norm_grads, world_size: int = 3, steps: int = 4,
                          lr: float = 0.5, cluster=None) -> Feedback:
-    """Exercise 13.1: the block trained on `world_size` gRPC ranks (or on `cluster`'s) with your
+    """Exercise 13.2: the block trained on `world_size` gRPC ranks (or on `cluster`'s) with your
     sync keeps every rank's norm weights equal, and equal to one process's, step after step."""
     if not have_torch():
         return Feedback(False, f"this checker {NEEDS_TORCH}", "check failed")
@@ -158,7 +231,7 @@ def check_norm_grad_sync(my_sync_norm_grads, world_size: int = 3, steps: int = 4
                     return failed(f"{name} differs between rank 0 and rank {r} from step "
                                   f"{step + 1}: max |Δ| = {np.abs(value - ranks[0]).max():.2e}. "
                                   f"Each rank's gradient covers only the rows it normalised, so "
-                                  f"each rank takes a different step (hint(\"13.1\")).")
+                                  f"each rank takes a different step (hint(\"13.2\")).")
             if not np.allclose(ranks[0], ref[name][step], rtol=1e-9, atol=1e-12):
                 ours = ranks[0] - (start[name].detach().numpy() if step == 0
                                    else history[0][name][step - 1])
@@ -172,6 +245,6 @@ def check_norm_grad_sync(my_sync_norm_grads, world_size: int = 3, steps: int = 4
                 return failed(f"{name} is the same on every rank but differs from one-process "
                               f"training from step {step + 1}: {why}")
     return passed(f"the norm's weight and bias stay equal on all {world_size} ranks, and equal "
-                  f"to one process's, for {steps} steps. Megatron-LM, GPT-NeoX and "
-                  f"TransformerEngine each shipped this all-reduce missing at some point: the "
-                  f"ranks' copies drift apart silently, and only a check like this one sees it.")
+                  f"to one process's, for {steps} steps. Without this all-reduce the copies drift "
+                  f"apart silently, as users of GPT-NeoX and TransformerEngine found (lesson 13 "
+                  f"links the reports): only a check like this one sees it.")

@@ -1,4 +1,6 @@
-"""Lesson 13's checker: the right gradient sync passes; forgetting it, syncing half of it, or
+"""Lesson 13's checkers. 13.1: the right DDP hook passes; the sum instead of the mean, the bucket
+unchanged, gloo instead of the ring, no future or a future never completed fail, naming the bucket,
+step and rank. 13.2: the right gradient sync passes; forgetting it, syncing half of it, or
 averaging fails, naming the parameter and the step where the ranks (or one process) disagree."""
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from conftest import cluster_for
 
 from allreduce_edu import allreduce, course
 from allreduce_edu.exercises import reference
-from allreduce_edu.exercises.lesson13 import check_norm_grad_sync, drift, no_sync
+from allreduce_edu.exercises.lesson13 import check_ddp_hook, check_norm_grad_sync, drift, no_sync
 from allreduce_edu.pytorch import have_torch
 
 needs_torch = pytest.mark.skipif(not have_torch(), reason="torch is not installed")
@@ -48,7 +50,7 @@ def my_sync_norm_grads(comm, grad_weight, grad_bias):
 
 @needs_torch
 def test_right_answers_pass():
-    assert check_norm_grad_sync(reference("13.1"))  # on ranks of its own, as in the lesson
+    assert check_norm_grad_sync(reference("13.2"))  # on ranks of its own, as in the lesson
     assert check(both_at_once, world_size=2)
 
 
@@ -79,7 +81,7 @@ def test_errors_are_reported():
 def test_the_scaffold_is_not_attempted_with_or_without_torch(monkeypatch):
     assert check_norm_grad_sync(my_sync_norm_grads).status == "not attempted"
     monkeypatch.setattr("allreduce_edu.exercises.lesson13.have_torch", lambda: False)
-    feedback = check_norm_grad_sync.demo(reference("13.1"))
+    feedback = check_norm_grad_sync.demo(reference("13.2"))
     assert feedback.status == "check failed" and 'pip install -e ".[torch]"' in feedback.message
 
 
@@ -99,6 +101,7 @@ def test_the_lesson_runs_clean_without_torch(tmp_path, monkeypatch):
     assert len(skipped) == len(torch_cells) > 8
     feedback = course.feedback(course.exercise_cells(ran)["13.1"])
     assert "not attempted yet" in feedback
+    assert "not attempted yet" in course.feedback(course.exercise_cells(ran)["13.2"])
 
 
 @needs_torch
@@ -107,4 +110,85 @@ def test_drift_grows_without_the_all_reduce_and_is_zero_with_it():
     apart = drift(cluster, no_sync, steps=4)
     assert all(w > 0 and b > 0 for w, b in apart)
     assert apart[-1][0] > apart[0][0]  # further apart with every step
-    assert drift(cluster, reference("13.1"), steps=3) == [(0.0, 0.0)] * 3
+    assert drift(cluster, reference("13.2"), steps=3) == [(0.0, 0.0)] * 3
+
+
+# --- 13.1: the DDP hook ----------------------------------------------------------------------
+def summed(state, bucket):
+    import torch
+
+    future = torch.futures.Future()
+    future.set_result(torch.from_numpy(state.ring(state.comm, bucket.buffer().detach().numpy())))
+    return future
+
+
+def unchanged(state, bucket):
+    import torch
+
+    future = torch.futures.Future()
+    future.set_result(bucket.buffer())
+    return future
+
+
+def through_gloo(state, bucket):
+    import torch
+    import torch.distributed as dist
+
+    grads = bucket.buffer()
+    dist.all_reduce(grads)
+    future = torch.futures.Future()
+    future.set_result(grads / state.comm.world_size)
+    return future
+
+
+def no_future(state, bucket):
+    return state.ring(state.comm, bucket.buffer().detach().numpy())
+
+
+def never_completed(state, bucket):
+    import torch
+
+    return torch.futures.Future()
+
+
+def my_ddp_hook(state, bucket):
+    """The scaffold as the lesson ships it."""
+    ...  # your code here, in place of `...`
+
+
+def check_hook(fn, **kwargs):
+    """13.1's checker on the session's cluster of 3 (the lesson's starts its own)."""
+    return check_ddp_hook(fn, cluster=cluster_for("grpc", 3), **kwargs)
+
+
+@needs_torch
+def test_the_hook_through_the_ring_passes():
+    feedback = check_hook(reference("13.1"), ring=reference("03.1"))
+    assert feedback and "all 5 buckets of 3 steps" in feedback.message
+
+
+@needs_torch
+def test_wrong_hooks_are_named_with_bucket_step_and_rank():
+    summed_up = check_hook(summed)
+    assert not summed_up and "bucket 0 of step 0 came back as the sum over the 3 ranks" \
+        in summed_up.message
+    kept = check_hook(unchanged)
+    assert not kept and "this rank's own gradients, unchanged" in kept.message
+    gloo = check_hook(through_gloo)
+    assert not gloo and "sent no byte through its communicator" in gloo.message
+
+
+@needs_torch
+def test_a_hook_without_a_completed_future_is_reported():
+    plain = check_hook(no_future)
+    assert not plain and "my_ddp_hook failed on rank" in plain.message \
+        and "needs a torch.futures.Future" in plain.message
+    waiting = check_hook(never_completed, deadline=1.0)
+    assert not waiting and "nothing called its set_result" in waiting.message
+
+
+def test_the_hook_scaffold_is_not_attempted_with_or_without_torch(monkeypatch):
+    assert check_ddp_hook(my_ddp_hook).status == "not attempted"
+    monkeypatch.setattr("allreduce_edu.exercises.lesson13.have_torch", lambda: False)
+    feedback = check_ddp_hook.demo(reference("13.1"))
+    assert feedback.status == "check failed" and 'pip install -e ".[torch]"' in feedback.message

@@ -1,0 +1,112 @@
+"""Exercise 13.1's machinery: lesson 13's CNN trained under DDP with the learner's communication
+hook on every rank, each bucket's input and the result of its future written down, and the
+diagnosis that names the first bucket, step and rank where the result is not the ranks' mean.
+
+PyTorch is imported only inside the functions, so the course's exercises load without it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+BATCH = 48  # a batch that 3 ranks (and 2, 4) shard into equal parts
+
+
+class BucketState:
+    """What the learner's hook gets as `state`: this rank's communicator and the ring to run."""
+
+    def __init__(self, comm, ring):
+        self.comm, self.ring = comm, ring
+
+    def __repr__(self) -> str:
+        return f"BucketState(rank {self.comm.rank} of {self.comm.world_size})"
+
+
+def train_with_hook(comm, meet: str, hook, ring, steps: int, deadline: float) -> dict:
+    """On one rank: the CNN under DDP with `hook(state, bucket)`; every bucket's (step, index,
+    input, result), the shard losses and the bytes this rank sent."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel
+
+    from ..pytorch.ddp import gloo_group
+    from ..pytorch.models import make_bars, make_cnn, train
+
+    torch.set_num_threads(1)  # the ranks share this machine's cores
+    X, y = make_bars()
+    gloo_group(comm, meet)
+    model = DistributedDataParallel(make_cnn(), bucket_cap_mb=0.01)
+    log: list[dict] = []
+
+    def spy(state, bucket):
+        """The learner's hook, its input and its future's result written down."""
+        step = sum(1 for e in log if e["index"] == 0) - (bucket.index() != 0)
+        entry = {"step": step, "index": bucket.index(),
+                 "input": bucket.buffer().detach().numpy().copy(), "output": None}
+        log.append(entry)
+        future = hook(state, bucket)
+        if not isinstance(future, torch.futures.Future):
+            raise TypeError(f"rank {comm.rank}: your hook returned a {type(future).__name__} for "
+                            f"bucket {entry['index']}; DDP needs a torch.futures.Future")
+        waited = time.monotonic() + deadline
+        while not future.done() and time.monotonic() < waited:
+            time.sleep(0.001)
+        if not future.done():
+            raise RuntimeError(f"rank {comm.rank}: the future your hook returned for bucket "
+                               f"{entry['index']} was still not complete after {deadline:.0f} s:"
+                               f" nothing called its set_result")
+        value = future.value()
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"rank {comm.rank}: your future holds a {type(value).__name__}; DDP "
+                            f"copies a torch tensor into the gradients (torch.from_numpy)")
+        entry["output"] = value.detach().numpy().copy()
+        return future
+
+    model.register_comm_hook(BucketState(comm, ring), spy)
+    run = train(model, X, y, steps, BATCH, 0.1, comm.rank, comm.world_size)
+    run["log"] = log
+    run["bytes_sent"] = sum(e.nbytes for e in comm.trace.events if e.src == comm.rank)
+    return run
+
+
+def one_process_losses(steps: int) -> np.ndarray:
+    """The same CNN, batches and SGD in one process: its loss per step."""
+    from ..pytorch.models import make_bars, make_cnn, train
+
+    X, y = make_bars()
+    return np.array(train(make_cnn(), X, y, steps, BATCH, 0.1)["losses"])
+
+
+def diagnose(per_rank: list[dict], one: np.ndarray) -> str | None:
+    """What is wrong with the hook's results on the ranks (None: nothing)."""
+    n = len(per_rank)
+    for k, entry in enumerate(per_rank[0]["log"]):
+        where = f"bucket {entry['index']} of step {entry['step']}"
+        inputs = [r["log"][k]["input"] for r in per_rank]
+        outputs = [r["log"][k]["output"] for r in per_rank]
+        want = np.mean(inputs, axis=0)
+        for r, (mine, out) in enumerate(zip(inputs, outputs, strict=True)):
+            if out.shape != want.shape:
+                return (f"on rank {r}, {where} ({want.size} values, flat) came back with shape "
+                        f"{out.shape}: return the whole bucket, same shape")
+            if np.allclose(out, want, rtol=1e-9, atol=1e-12):
+                continue
+            if np.allclose(out, n * want, rtol=1e-9, atol=1e-12):
+                return (f"on rank {r}, {where} came back as the sum over the {n} ranks, {n}× the "
+                        f"mean DDP expects: each rank's gradient is already its shard's mean, "
+                        f"so the batch's gradient is the ranks' average")
+            if np.allclose(out, mine, rtol=1e-9, atol=1e-12):
+                return (f"on rank {r}, {where} came back as this rank's own gradients, "
+                        f"unchanged: the bucket has to go through state.ring to the other ranks")
+            return (f"on rank {r}, {where} is not the ranks' mean: max |Δ| = "
+                    f"{np.abs(out - want).max():.2e}")
+    silent = [r for r, run in enumerate(per_rank) if run["bytes_sent"] == 0]
+    if silent:
+        return (f"the buckets came back right, but rank {silent[0]} sent no byte through its "
+                f"communicator: gloo did the work, not your ring; call state.ring(state.comm, x)")
+    losses = np.mean([r["losses"] for r in per_rank], axis=0)
+    gap = float(np.max(np.abs(losses - one) / np.abs(one)))
+    if gap > 1e-9:
+        return f"every bucket is right, yet the loss differs from one process's by {gap:.1e}"
+    return None
