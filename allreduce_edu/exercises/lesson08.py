@@ -93,7 +93,7 @@ def _raised_hint(e: BaseException) -> str:
 
 
 @exercise(
-    "08.1", "average the gradients, one all-reduce per bucket", kind="code",
+    "08.1", "average the gradients over the ranks", kind="code",
     function="average_gradients", solution=AVERAGE_SOLUTION,
     explanation="Walk the tensors in order, open a bucket when the next would overflow the cap; "
                 "one all-reduce per bucket, divided by world_size, cut back into shapes.",
