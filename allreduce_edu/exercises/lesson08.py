@@ -1,5 +1,5 @@
-"""Lesson 08 · data-parallel training: average gradients on real ranks, count bucketed messages,
-explain the win."""
+"""Lesson 08 · data-parallel training: bucket and average gradients on real ranks, count bucketed
+messages, explain the win."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from ..runtime import Cluster
 from ..training import (
     MLP,
     allreduce_gradients,
+    bucket_layout,
     global_batch,
     loss_and_grads,
     make_dataset,
@@ -20,12 +21,29 @@ from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 from .spec import Blank, Slip, choice, number
 
-AVERAGE_SOLUTION = """def average_gradients(comm, grads):
-    # one sum all-reduce per gradient, then one division; allreduce returns a new array
-    return [allreduce_edu.allreduce(comm, g, op="sum") / comm.world_size for g in grads]"""
+AVERAGE_SOLUTION = """def average_gradients(comm, grads, bucket_bytes=700):
+    # 1. the bucket assignment: consecutive tensors while they fit; a bigger one goes alone
+    buckets, size = [], 0
+    for i, g in enumerate(grads):
+        if not buckets or size + g.nbytes > bucket_bytes:
+            buckets.append([])
+            size = 0
+        buckets[-1].append(i)
+        size += g.nbytes
+    # 2. one sum all-reduce per bucket (its tensors flattened end to end), then one division
+    out = [None] * len(grads)
+    for group in buckets:
+        flat = np.concatenate([grads[i].ravel() for i in group])
+        summed = allreduce_edu.allreduce(comm, flat, op="sum") / comm.world_size
+        # 3. cut the bucket back into the gradients' shapes
+        ends = np.cumsum([grads[i].size for i in group])[:-1]
+        for i, piece in zip(group, np.split(summed, ends)):
+            out[i] = piece.reshape(grads[i].shape)
+    return out"""
 
-# the checker's world: 3 ranks (odd), tensors of 60, 10, 100, 10, 20, 2 elements (one < world_size)
-_SIZES, _WORLD, _BATCH, _STEPS, _LR = (6, 10, 10, 2), 3, 48, 4, 0.2
+# the checker's world: 3 ranks (odd), tensors of 480, 80, 800, 80, 160, 16 bytes (one < world_size
+# elements); the scaffold's 700-byte cap makes 3 buckets: [W0 b0], [W1] alone, [b1 W2 b2]
+_SIZES, _WORLD, _BATCH, _STEPS, _LR, _CAP = (6, 10, 10, 2), 3, 48, 4, 0.2, 700
 
 
 def _train_with(comm, fn, params, X, y, steps, lr, batch):
@@ -75,25 +93,24 @@ def _raised_hint(e: BaseException) -> str:
 
 
 @exercise(
-    "08.1", "average the gradients over the ranks", kind="code", function="average_gradients",
-    solution=AVERAGE_SOLUTION,
-    explanation="One all-reduce per tensor, then one division: a new list (allreduce never changes "
-                "its input).",
-    hints=('grads is a list of arrays of different shapes: all-reduce each one on its own.',
-           'allreduce_edu.allreduce(comm, g, op="sum") returns a new array, the sum over all '
-           'ranks; it does not change g. Build a new list: `g = ...` inside a for loop does not '
-           'change the list.',
-           'The key idea: each rank saw a different slice of the batch, so the full-batch gradient'
-           " is the average of the ranks' gradients — the sum over ranks divided by the number of "
-           'ranks, the same on every rank.'),
-    key="""from allreduce_edu.exercises.lesson08 import check_average_gradients, hint, solution
-
-""" + AVERAGE_SOLUTION + """
-
-check_average_gradients(average_gradients)""")
+    "08.1", "average the gradients over the ranks", kind="code",
+    function="average_gradients", solution=AVERAGE_SOLUTION,
+    explanation="Walk the tensors in order, open a bucket when the next would overflow the cap; "
+                "one all-reduce per bucket, divided by world_size, cut back into shapes.",
+    hints=('Three parts: decide which tensors share a bucket (a list of lists of indices), '
+           'all-reduce each bucket once, cut each bucket back into the gradients\' shapes. Start '
+           'with the first: walk the tensors in order and keep a running byte count (g.nbytes).',
+           'A bucket is one flat array: np.concatenate of its tensors\' g.ravel(). '
+           'allreduce_edu.allreduce(comm, flat, op="sum") returns a new array; divide it by '
+           'comm.world_size and slice it back, g.size elements per tensor, .reshape(g.shape).',
+           'The key idea: a new bucket starts when there is none yet or when adding the next '
+           'tensor would push the current one past bucket_bytes, so a tensor bigger than the cap '
+           'ends up alone; every rank walks the same tensors, so all make the same all-reduces.'),
+    key="from allreduce_edu.exercises.lesson08 import check_average_gradients, hint, solution\n\n"
+        + AVERAGE_SOLUTION + "\n\ncheck_average_gradients(average_gradients)")
 def check_average_gradients(fn) -> Feedback:
-    """Exercise 08.1: `fn(comm, grads)` returns every gradient averaged over the ranks; a few SGD
-    steps on 3 gRPC ranks."""
+    """Exercise 08.1: `fn(comm, grads)` returns every gradient averaged over the ranks, one
+    all-reduce per bucket of at most 700 bytes; a few SGD steps on 3 gRPC ranks."""
     X, y = make_dataset(n=96, features=_SIZES[0], classes=_SIZES[-1], seed=1)
     params = MLP(_SIZES, seed=1).params
     with Cluster(_WORLD, timeout=5) as cluster:
@@ -104,8 +121,7 @@ def check_average_gradients(fn) -> Feedback:
             return failed(f"your function raised {type(e).__name__}: {text}"
                           f"{'' if text.endswith('?') else '.'}{_raised_hint(e)}")
         sends = cluster.trace.messages_sent().get(0, 0)
-    n = _WORLD
-    idx = global_batch(0, len(y), _BATCH)
+    n, idx = _WORLD, global_batch(0, len(y), _BATCH)
     full = loss_and_grads(params, X[idx], y[idx])[1]  # the full-batch gradient: every rank's goal
     for rank, ((mine, averaged), _) in enumerate(results):
         problem = _step0_problem(rank, mine, averaged, full, n)
@@ -116,11 +132,31 @@ def check_average_gradients(fn) -> Feedback:
         if final is None or any(not np.allclose(a, b, rtol=1e-9, atol=1e-12)
                                 for a, b in zip(final, reference, strict=True)):
             return failed(f"step 0 was right, but after {_STEPS} steps rank {rank}'s weights "
-                          f"differ from single-process training: does your function keep state "
-                          f"between calls?")
-    return passed(f"{_STEPS} SGD steps on {n} gRPC ranks end with the same weights as "
-                  f"single-process training (to 1e-9); rank 0 sent {sends} messages: {len(params)} "
-                  f"tensors × 2(N-1) = {len(params) * 2 * (n - 1)} per step.")
+                          f"differ from single-process training: does your function keep state?")
+    problem = _bucket_problem(sends, [p.nbytes for p in params], n)
+    return problem if problem is not None else passed(
+        f"{_STEPS} SGD steps on {n} gRPC ranks end with the same weights as single-process "
+        f"training (to 1e-9); rank 0 sent {sends // _STEPS} messages per step: "
+        f"{sends // _STEPS // (2 * (n - 1))} buckets × 2(N-1), not {len(params)} tensors × "
+        f"2(N-1) = {len(params) * 2 * (n - 1)}.")
+
+
+def _bucket_problem(sends: int, nbytes: list, n: int) -> Feedback | None:
+    """A failure if rank 0 did not make one all-reduce per bucket of the 700-byte cap."""
+    made, want = sends / (_STEPS * 2 * (n - 1)), len(bucket_layout(nbytes, _CAP))
+    if made == want:
+        return None
+    why = ("that is one all-reduce per tensor: pack consecutive tensors into buckets of at most "
+           "bucket_bytes, one all-reduce each" if made == len(nbytes) else
+           "that is one bucket for everything: a new bucket starts when the next tensor would "
+           "not fit in bucket_bytes" if made == 1 else
+           "some bucket holds more than bucket_bytes: check that the next tensor fits before "
+           "adding it, not after" if made < want else
+           "more buckets than needed: add tensors while they fit; only a tensor bigger than the "
+           "cap goes alone, and no bucket is empty")
+    return failed(f"the averages are right, but rank 0 made {made:g} all-reduces per step; the "
+                  f"tensors ({', '.join(map(str, nbytes))} bytes) with a 700-byte cap make {want} "
+                  f"buckets: {why}.")
 
 
 def _step0_problem(rank: int, mine, averaged, full, n: int) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import allreduce_edu
@@ -15,14 +16,52 @@ from allreduce_edu.exercises.lesson08 import (
 )
 
 
-def right(comm, grads):
+def per_tensor(comm, grads):
     return [allreduce_edu.allreduce(comm, g, op="sum") / comm.world_size for g in grads]
 
 
-def right_in_place(comm, grads):
+def _bucketed(comm, grads, groups):
+    out = list(grads)
+    for group in groups:
+        flat = np.concatenate([grads[i].ravel() for i in group])
+        summed = allreduce_edu.allreduce(comm, flat) / comm.world_size
+        ends = np.cumsum([grads[i].size for i in group])[:-1]
+        for i, piece in zip(group, np.split(summed, ends)):
+            out[i] = piece.reshape(grads[i].shape)
+    return out
+
+
+def _greedy(grads, cap, check_after=False):
+    groups, size = [], 0
     for i, g in enumerate(grads):
-        grads[i] = allreduce_edu.allreduce(comm, g) / comm.world_size
-    return grads
+        if not groups or (not check_after and size + g.nbytes > cap) or (check_after and size > cap):
+            groups.append([])
+            size = 0
+        groups[-1].append(i)
+        size += g.nbytes
+    return groups
+
+
+def right(comm, grads, bucket_bytes=700):
+    return _bucketed(comm, grads, _greedy(grads, bucket_bytes))
+
+
+def right_in_reverse(comm, grads, bucket_bytes=700):  # DDP's order: last layer first
+    rev = [[len(grads) - 1 - i for i in group] for group in _greedy(grads[::-1], bucket_bytes)]
+    return _bucketed(comm, grads, rev)
+
+
+def one_bucket(comm, grads):
+    return _bucketed(comm, grads, [list(range(len(grads)))])
+
+
+def overflows(comm, grads, bucket_bytes=700):  # checks the cap after adding, not before
+    return _bucketed(comm, grads, _greedy(grads, bucket_bytes, check_after=True))
+
+
+def pairs(comm, grads):  # W and b together, whatever the cap
+    return _bucketed(comm, grads, [[i, i + 1] for i in range(0, len(grads), 2)][:2]
+                     + [[i] for i in range(4, len(grads))])
 
 
 def forgot_to_divide(comm, grads):
@@ -93,15 +132,26 @@ def flattened(comm, grads):
     return [(allreduce_edu.allreduce(comm, g) / comm.world_size).ravel() for g in grads]
 
 
-def average_gradients(comm, grads):
+def average_gradients(comm, grads, bucket_bytes=700):
     """The scaffold as the lesson ships it."""
     ...  # your code here, in place of `...`
 
 
 def test_average_gradients_passes():
     feedback = check_average_gradients(right)
-    assert feedback and "same weights" in feedback.message and "per step" in feedback.message
-    assert check_average_gradients(right_in_place)
+    assert feedback and "same weights" in feedback.message and "3 buckets" in feedback.message
+    assert check_average_gradients(right_in_reverse)
+
+
+@pytest.mark.parametrize("fn, hint", [
+    (per_tensor, "one all-reduce per tensor"),
+    (one_bucket, "one bucket for everything"),
+    (overflows, "before adding it"),
+    (pairs, "more buckets than needed"),
+])
+def test_bucketing_hints(fn, hint):
+    feedback = check_average_gradients(fn)
+    assert not feedback and hint in feedback.message, feedback
 
 
 @pytest.mark.parametrize("fn, hint", [
