@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from .base import WIRE_DTYPES
 from .mailbox import Message, Signature
-from .wire import MAX_DIMS, WireError
+from .wire import MAX_DIMS, WireError, payload_chunks
 
 VERSION = 1
 FIXED = struct.Struct("<BBBBiiQQQQQQQQH")
@@ -87,14 +87,8 @@ def _signature_bytes(sig: Signature) -> bytes:
 
 def frames(msg: Message, seq: int, chunk_bytes: int):
     """[header, data] for each frame of an inline message (sendmsg gathers them: no join)."""
-    payload = memoryview(msg.array.reshape(-1)).cast("B")
-    offset = 0
-    while True:
-        data = payload[offset:offset + chunk_bytes]
+    for offset, data in payload_chunks(msg.array, chunk_bytes):
         yield [pack(msg, seq, offset, len(data)), data]
-        offset += len(data)
-        if offset >= len(payload):
-            return
 
 
 def _short(frame, what: str) -> WireError:

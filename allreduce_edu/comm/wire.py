@@ -60,14 +60,20 @@ def encode_frames(msg: Message, seq: int, chunk_bytes: int = CHUNK_BYTES) -> Ite
     """Yield the frames of one message:
     each a valid `Frame`, its data field written without protobuf."""
     header = header_of(msg, seq)
-    payload = memoryview(msg.array.reshape(-1)).cast("B")
-    offset = 0
-    while True:
-        data = payload[offset:offset + chunk_bytes]
+    for offset, data in payload_chunks(msg.array, chunk_bytes):
         header.offset, header.length = offset, len(data)
         head = header.SerializeToString()
         yield b"".join((bytes((_HEADER_FIELD,)), _varint(len(head)), head,
                         bytes((_DATA_FIELD,)), _varint(len(data)), data))
+
+
+def payload_chunks(array: np.ndarray, chunk_bytes: int) -> Iterator[tuple[int, memoryview]]:
+    """(offset, a view of the bytes) for each chunk of `array`: at least one, empty for 0 bytes."""
+    payload = memoryview(array.reshape(-1)).cast("B")
+    offset = 0
+    while True:
+        data = payload[offset:offset + chunk_bytes]
+        yield offset, data
         offset += len(data)
         if offset >= len(payload):
             return
