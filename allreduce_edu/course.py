@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .extras import skip_reason
+from .unanswered import unanswered
 
 KEY = "exercise"  # the cell metadata field that names a cell's exercise
 # in a learner's folder: the hash of each lesson as delivered
@@ -132,6 +133,11 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def as_delivered(source: Path) -> bytes:
+    """The lesson as the learner gets it: no stored output answers a prediction (unanswered)."""
+    return (json.dumps(unanswered(read(source)), indent=1, ensure_ascii=False) + "\n").encode()
+
+
 @dataclass
 class CopyReport:
     """What `copy_lessons` did with each lesson, by file name."""
@@ -178,16 +184,17 @@ def copy_lessons(folder, reset: list[str] = ()) -> CopyReport:
         raise ValueError(f"no lesson {', '.join(unknown)}; "
                          f"lessons: {', '.join(p.name[:2] for p in sources)}")
     for source in sources:
-        target, shipped = folder / source.name, _digest(source)
+        target, lesson = folder / source.name, as_delivered(source)
+        shipped = hashlib.sha256(lesson).hexdigest()
         if not target.exists():
-            target.write_bytes(source.read_bytes())
+            target.write_bytes(lesson)
             manifest[source.name] = shipped
             report.added.append(source.name)
         elif _digest(target) == shipped:  # already the shipped lesson, whatever the manifest says
             report.unchanged.append(source.name)
             manifest[source.name] = shipped
         elif _digest(target) == manifest.get(source.name):  # as delivered: safe to update
-            target.write_bytes(source.read_bytes())
+            target.write_bytes(lesson)
             report.updated.append(source.name)
             manifest[source.name] = shipped
         else:
@@ -195,7 +202,7 @@ def copy_lessons(folder, reset: list[str] = ()) -> CopyReport:
             (report.kept_newer if newer else report.kept).append(source.name)
         if source.name[:2] in reset:
             fresh = _free_name(folder, source.stem + "_fresh")
-            fresh.write_bytes(source.read_bytes())
+            fresh.write_bytes(lesson)
             report.fresh.append(fresh.name)
     manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     _trust([folder / name for name in report.added + report.updated + report.unchanged

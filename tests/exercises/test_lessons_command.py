@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 
 from allreduce_edu import course
 from allreduce_edu.cli import main
+from allreduce_edu.unanswered import PREDICT, answer_spans
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = [p.name for p in course.lesson_files()]
@@ -52,7 +54,7 @@ def test_reset_puts_a_fresh_copy_beside_never_over(tmp_path, capsys):
         assert main(["lessons", str(folder), "--no-lab", "--reset", "03"]) == 0
     assert mine.read_bytes() == changed
     fresh = [folder / "03_ring_allreduce_fresh.ipynb", folder / "03_ring_allreduce_fresh2.ipynb"]
-    shipped = (ROOT / "lessons/03_ring_allreduce.ipynb").read_bytes()
+    shipped = course.as_delivered(ROOT / "lessons/03_ring_allreduce.ipynb")
     assert all(p.read_bytes() == shipped for p in fresh)
     assert "fresh copies, beside yours: 03_ring_allreduce_fresh2.ipynb" in capsys.readouterr().out
 
@@ -68,7 +70,7 @@ def test_unchanged_lessons_follow_a_newer_release_changed_ones_do_not(tmp_path):
     (folder / "04_tree_allreduce.ipynb").write_text("older, then changed by the learner")
     report = course.copy_lessons(folder)
     assert report.updated == ["02_naive_allreduce.ipynb"]
-    assert (folder / "02_naive_allreduce.ipynb").read_bytes() == (ROOT / "lessons/02_naive_allreduce.ipynb").read_bytes()
+    assert (folder / "02_naive_allreduce.ipynb").read_bytes() == course.as_delivered(ROOT / "lessons/02_naive_allreduce.ipynb")
     assert report.kept_newer == ["04_tree_allreduce.ipynb"]
     assert (folder / "04_tree_allreduce.ipynb").read_text() == "older, then changed by the learner"
 
@@ -198,3 +200,29 @@ def test_the_shipped_lessons_are_trusted_a_learners_own_are_not(tmp_path, monkey
     nbformat.write(nb, mine)
     course.copy_lessons(folder)  # left alone, and not signed on the learner's behalf
     assert not notary.check_signature(nbformat.read(mine, as_version=4))
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_the_learners_copy_shows_no_answer_to_a_prediction_before_it_is_made(tmp_path, name):
+    """Committed executed, a lesson shows the measurement below its prediction cell; the copy a
+    learner gets clears every code cell's output from the prediction to the cell that compares it."""
+    shipped = course.read(ROOT / "lessons" / name)
+    for key, (start, end) in answer_spans(shipped).items():
+        assert any(c.get("outputs") for c in shipped["cells"][start + 1:end + 1]), key  # answered there
+    course.copy_lessons(tmp_path)
+    mine = course.read(tmp_path / name)
+    for key, (start, end) in answer_spans(mine).items():
+        for cell in mine["cells"][start + 1:end + 1]:
+            if cell["cell_type"] == "code" and course.KEY not in cell["metadata"]:
+                assert cell["outputs"] == [], (key, course.source(cell)[:60])
+    exercises, theirs = course.exercise_cells(mine), course.exercise_cells(shipped)
+    assert all(exercises[k]["outputs"] == theirs[k]["outputs"] for k in theirs)  # "not attempted"
+    assert [c["source"] for c in mine["cells"]] == [c["source"] for c in shipped["cells"]]
+
+
+def test_every_prediction_in_a_lesson_is_compared_by_a_later_cell():
+    for name in SHIPPED:
+        nb = course.read(ROOT / "lessons" / name)
+        keys = {k for c in nb["cells"] if c["cell_type"] == "code" for k in PREDICT.findall(course.source(c))}
+        assert keys == set(answer_spans(nb)), (name, keys - set(answer_spans(nb)))
+        assert all(re.fullmatch(r"\d\d\.[a-z]", k) for k in keys), keys
