@@ -7,12 +7,14 @@ import pytest
 
 from allreduce_edu.exercises import reference, registry
 from allreduce_edu.exercises.lesson01 import (
+    TYPICAL_ALPHA,
+    TYPICAL_BETA,
     check_echo,
     check_prediction,
     check_small_message_answer,
 )
 
-ALPHA, BETA = 300e-6, 1 / 1.2e9
+ALPHA, BETA = TYPICAL_ALPHA, TYPICAL_BETA
 N = 1 << 20  # 64 messages of 1 MiB
 RIGHT = 64 * (ALPHA + N * BETA)
 
@@ -108,6 +110,17 @@ def test_small_message_answer():
     assert "'a', 'b', 'c' or 'd'" in check_small_message_answer("e").message
     feedback = check_small_message_answer("?")
     assert not feedback and not feedback.attempted and 'hint("01.3")' in feedback.message
+
+
+def test_small_message_feedback_uses_the_measured_alpha_and_beta():
+    alpha, beta = 669e-6, 1 / 0.72e9  # what one run of the lesson measured
+    right = check_small_message_answer("b", alpha, beta)
+    assert right and "your laptop it is 0.67 ms × 0.72 GB/s ≈ 482 kB" in right.message
+    assert "typically" not in right.message
+    assert "from your 0.67 ms to 2 µs" in check_small_message_answer("a", alpha, beta).message
+    assert "typically 0.50 ms × 1.00 GB/s ≈ 500 kB" in check_small_message_answer("b").message
+    assert not check_small_message_answer("?", alpha, beta).attempted
+    assert registry.get("01.3").key.endswith("check_small_message_answer(my_choice, alpha, beta)")
 
 
 def test_registered_with_hints_and_solutions():
