@@ -71,8 +71,8 @@ check_owner_prediction = number(
     success=lambda d: _owner_success(d),
     todo="replace None with the rank (0 to 3) that holds chunk 2 after 2 steps of reduce-scatter, "
          "then run this cell again.",
-    hints=("Chunk 2 starts its trip on the rank that sends it first: in the first step (step 0 in "
-           "the code) rank r sends chunk (r − 1) % N.",
+    hints=("Chunk 2 starts its trip on the rank that sends it first: in the first step (step 0, as "
+           "the trace counts it) rank r sends chunk (r − 1) % N.",
            "Follow chunk 2 one hop to the right per step, for 2 steps (steps 0 and 1: the slider "
            "at 'reduce-scatter step 1'); each hop adds the receiving rank's part."),
     solution="""Rank 1. In reduce-scatter step s (counting from 0, as the code does), rank r sends \

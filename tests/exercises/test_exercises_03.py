@@ -241,3 +241,34 @@ def test_every_checker_answers_not_attempted_for_its_scaffold():
         assert not feedback and not feedback.attempted and "hint(" in feedback.message
     assert reference("03.3").__name__ == "my_pipelined_ring"
     assert check_pipelined_ring(reference("03.3"), shapes=((10,),), transport="local")
+
+
+def lesson_cells():
+    from allreduce_edu import course
+
+    [path] = [p for p in course.lesson_files() if p.name.startswith("03")]
+    cells = course.read(path)["cells"]
+    at = {c["metadata"]["exercise"]: i for i, c in enumerate(cells) if "exercise" in c.get("metadata", {})}
+    return cells, at, course.source
+
+
+def test_the_learner_traces_chunks_then_writes_the_ring_before_seeing_one():
+    """03.0 (follow a chunk in the animation) comes before 03.1, and nothing above 03.1 shows a ring
+    in code: the library's listing comes after its check cell (issue 24, the walkthrough's #10)."""
+    cells, at, source = lesson_cells()
+    assert at["03.0"] < at["03.1"]
+    shown = "\n".join(source(c) + "".join(str(o) for o in c.get("outputs", [])) for c in cells[:at["03.1"]])
+    for giveaway in ("show_source", "reduce_scatter_ring", "all_gather_ring", "collectives.ring",
+                     "pieces[", "comm.sendrecv(right"):
+        assert giveaway not in shown, giveaway
+    later = "\n".join(source(c) for c in cells[at["03.1"] + 1:])
+    assert "show_source(allreduce_ring)" in later
+
+
+def test_predictions_come_before_what_answers_them():
+    """The objective does not state the bytes formula 03.a asks for; 03.b's prompt gives t_ring."""
+    cells, _, source = lesson_cells()
+    text = [source(c) for c in cells]
+    asked = {key: next(i for i, t in enumerate(text) if f'predict("{key}"' in t) for key in ("03.a", "03.b")}
+    assert not any("2(N−1)/N·S" in t or "2(N − 1)/N · S" in t for t in text[:asked["03.a"]])
+    assert "t_ring = 2(N − 1)·α + 2(N − 1)/N·S·β" in text[asked["03.b"] - 1]
