@@ -225,9 +225,11 @@ tree_sum = cuda.jit(device=True)(tree_sum)   # a device function: kernels can ca
 @exercise(
     "14.1", "write the block's tree reduction", kind="code", function="tree_sum",
     solution=TREE_SOLUTION, needs={"cuda": cuda},
-    hints=('Each step halves the stride s, starting at s = cuda.blockDim.x // 2: thread t < s adds'
-           ' shared[t + s] into shared[t]. After the step with s = 1, shared[0] holds the sum.',
-           'A step reads what the previous step wrote, by other threads: call cuda.syncthreads() '
+    hints=("Start from the sequential picture: at each step, which threads are active, and whose "
+           "partial does each of them add? Write one step, then repeat it with the stride halved.",
+           'The stride s starts at cuda.blockDim.x // 2 and halves until it is 0; at each step '
+           'thread t = cuda.threadIdx.x adds shared[t + s] into shared[t] if t < s.',
+           'A step reads what other threads wrote in the step before: call cuda.syncthreads() '
            'after every step, and let every thread of the block call it (not inside `if t < s`).',
            "The key idea is lesson 04's tree inside one block: each step half the threads add a "
            "partner's partial into their own, and the whole block waits at a barrier before the "

@@ -39,7 +39,7 @@ def compare_prediction(key: str, measured, model=None, unit: str = "") -> str:
     fields = {"measured": measured} | ({} if model is None else {"model": model})
     guess = recorded(key)
     if guess is None:
-        head = f"{key}: no prediction recorded (record_prediction(\"{key}\", ...) stores one)"
+        head = f"{key}: no prediction recorded (predict(\"{key}\", ...) stores one)"
     else:
         _store(str(key), unit=unit, **fields)
         head = f"{key}: you predicted {show(guess, unit)}"

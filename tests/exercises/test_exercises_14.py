@@ -170,3 +170,20 @@ def test_a_loop_that_never_ends_is_stopped_and_leaves_no_thread(endless, says, m
     while threading.active_count() > before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert threading.active_count() == before  # every lockstep thread ended: nothing runs on
+
+
+def test_no_cell_above_the_exercise_shows_the_tree_in_code():
+    """The learner writes the block tree before seeing one: block_sum's listing, the warp shuffle's
+    loop and the solution's lines come after 14.1's cell, not before (issue 24)."""
+    from allreduce_edu import course
+
+    [path] = [p for p in course.lesson_files() if p.name.startswith("14")]
+    cells = course.read(path)["cells"]
+    at = next(i for i, c in enumerate(cells) if c.get("metadata", {}).get("exercise") == "14.1")
+    shown = "\n".join(course.source(c) + "".join(str(o) for o in c.get("outputs", []))
+                      for c in cells[:at])
+    for giveaway in ("shared[t] += shared[t + s]", "s //= 2", "while s > 0", "block_sum.py_func",
+                     "shfl_down", "offset //= 2"):
+        assert giveaway not in shown, giveaway
+    later = "\n".join(course.source(c) for c in cells[at + 1:])
+    assert "block_sum.py_func" in later and "shfl_down" in later
