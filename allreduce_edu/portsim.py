@@ -16,7 +16,7 @@ as comm.links.Ports books them; a message's time on each port and its arrival fo
 from __future__ import annotations
 
 import heapq
-from typing import Callable
+from collections.abc import Callable
 
 
 def run(programs, link_of: Callable, gamma: float = 0.0) -> float:
@@ -37,7 +37,7 @@ def run(programs, link_of: Callable, gamma: float = 0.0) -> float:
             link = link_of(r, dst)
             hold = link.port_seconds(nbytes)
             latency = link.alpha if link.in_flight else 0.0
-            start = max(t, egress[r], ingress[dst] - latency)
+            start = _start(t, egress[r], ingress, dst, link)
             egress[r] = start + hold
             ingress[dst] = arrived[key] = start + hold + latency
             if key in parked:
@@ -85,12 +85,10 @@ def greedy(ranks: int, messages: dict, needs: dict, link_of: Callable) -> list[l
         if not ready:
             continue  # idle until the next arrival wakes it
 
-        def start_of(k):  # the first moment both ports are free for message k
-            link = link_of(r, messages[k][1])
-            return max(t, egress[r], ingress[messages[k][1]] - link.alpha * link.in_flight)
-
-        key = min(ready, key=start_of)  # the first that can start; ties: in key order
-        start = start_of(key)
+        starts = {k: _start(t, egress[r], ingress, messages[k][1], link_of(r, messages[k][1]))
+                  for k in ready}
+        key = min(ready, key=starts.get)  # the first that can start; ties: in key order
+        start = starts[key]
         todo[r].remove(key)
         _, dst, nbytes, _ = messages[key]
         link = link_of(r, dst)
@@ -104,3 +102,9 @@ def greedy(ranks: int, messages: dict, needs: dict, link_of: Callable) -> list[l
     if any(todo):
         raise ValueError("some messages can never be sent: their inputs never arrive")
     return programs
+
+
+def _start(now: float, egress: float, ingress: list, dst: int, link) -> float:
+    """The first moment a message to `dst` finds both ports free (in flight: the receiver's port
+    is needed α later)."""
+    return max(now, egress, ingress[dst] - (link.alpha if link.in_flight else 0.0))

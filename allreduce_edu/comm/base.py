@@ -74,7 +74,7 @@ class InFlight(Request):
         try:
             self._request = self.comm._post(self.dst, msg, self._chunk)
             self.via = self._request.via
-        except BaseException as error:  # raised by wait(), on the rank's own thread
+        except BaseException as error:  # noqa: BLE001 - raised by wait(), on the rank's own thread
             self._error = error
         finally:
             self._posted.set()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from .links import sleep_until
 

@@ -12,8 +12,8 @@ import time
 
 import numpy as np
 
-from ..collectives import all_gather, allreduce
 from .. import portsim
+from ..collectives import all_gather, allreduce
 from ..collectives.double_binary_tree import Tree, btree, double_binary_tree, programs, trees
 from ..comm.links import Links
 from ..runtime import TESTBED, Cluster

@@ -8,8 +8,7 @@ import pytest
 from conftest import check_allreduce, cluster_for
 
 import allreduce_edu as ae
-from allreduce_edu import costmodel
-from allreduce_edu import portsim
+from allreduce_edu import costmodel, portsim
 from allreduce_edu.collectives.double_binary_tree import (
     NOMINAL,
     PIPELINE_BYTES,
@@ -144,7 +143,7 @@ def test_every_ranks_program_is_a_schedule_that_finishes(n, chunks):
         sends = [op[2] for p in progs for op in p if op[0] == "send"]
         receives = [op[2] for p in progs for op in p if op[0] == "recv"]
         assert sorted(sends) == sorted(receives) == sorted(schedule_keys(n, chunks))
-        assert portsim.run(progs, lambda src, dst: link) >= 0
+        assert portsim.run(progs, lambda src, dst, link=link: link) >= 0
 
 
 def schedule_keys(n, chunks):
@@ -157,7 +156,7 @@ def test_on_in_flight_links_the_result_is_the_sum(n):
     with ae.Cluster(n, transport="local", links=links) as cluster:
         for size in (2, 3 << 18):
             x = [np.arange(size, dtype=np.int64) * (r + 1) for r in range(n)]
-            out = cluster.run(lambda comm: double_binary_tree(comm, x[comm.rank]))
+            out = cluster.run(lambda comm, x=x: double_binary_tree(comm, x[comm.rank]))
             assert all(np.array_equal(y, sum(x)) for y in out)
 
 
