@@ -14,10 +14,10 @@ from .collectives import (
 )
 from .comm.errors import CollectiveError, CollectiveMismatch, CollectiveTimeout, RankFailure
 from .fused import reduce_layernorm_broadcast
-from .runtime import TESTBED, Cluster, init, testbed
+from .runtime import TESTBED, TESTBED_IN_FLIGHT, Cluster, init, testbed
 from .version import __version__  # noqa: F401 - allreduce_edu.__version__
 
-__all__ = ["Cluster", "testbed", "TESTBED", "init",
+__all__ = ["Cluster", "testbed", "TESTBED", "TESTBED_IN_FLIGHT", "init",
            "allreduce", "reduce", "broadcast", "reduce_scatter", "all_gather",
            "iallreduce", "ireduce_scatter", "iall_gather", "wait_all",
            "reduce_layernorm_broadcast", "CollectiveError", "RankFailure", "CollectiveTimeout",

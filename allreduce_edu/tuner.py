@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import costmodel
+from .comm.links import Link, Links
 from .trace import format_bytes
 
 
@@ -42,23 +43,23 @@ PROTOCOLS = (
 )
 
 
-def _alpha_beta(links) -> tuple[float, float]:
-    """(α, β) from (alpha, beta), a Link, or uniform Links (Links.flat)."""
+def _link(links) -> Link:
+    """One Link from (alpha, beta), a Link, or uniform Links (Links.flat)."""
     if isinstance(links, (tuple, list)) and len(links) == 2:
-        return float(links[0]), float(links[1])
+        return Link(float(links[0]), float(links[1]))
     link = links.uniform if hasattr(links, "uniform") else links
     if link is None or not hasattr(link, "alpha"):
         raise ValueError(f"tune needs one α and β: pass (alpha, beta), a Link or Links.flat(...), "
                          f"got {links!r}")
-    return link.alpha, link.beta
+    return Link(link.alpha, link.beta, getattr(link, "in_flight", False))
 
 
 def tune(world_size: int, sizes, links, algorithms=None, protocols=PROTOCOLS,
          gamma: float = 0.0) -> list[dict]:
     """One row per size (bytes per rank): every (algorithm, protocol)'s predicted all-reduce time
-    and the fastest. `links`: (alpha, beta), a Link or Links.flat(...); algorithms: default every
-    one with a formula."""
-    alpha, beta = _alpha_beta(links)
+    and the fastest. `links`: (alpha, beta), a Link or Links.flat(...) (in flight or not);
+    algorithms: default every one with a formula."""
+    link = _link(links)
     algorithms = list(costmodel.COSTS) if algorithms is None else list(algorithms)
     unknown = [a for a in algorithms if a not in costmodel.COSTS]
     if unknown or not algorithms or not protocols:
@@ -66,8 +67,7 @@ def tune(world_size: int, sizes, links, algorithms=None, protocols=PROTOCOLS,
                          f" and at least one protocol; got {algorithms} and {len(protocols)}")
     rows = []
     for size in sizes:
-        times = {(a, p.name): costmodel.predict(a, world_size, size, alpha + p.alpha,
-                                                beta / p.efficiency, gamma)
+        times = {(a, p.name): _predict(a, world_size, size, link, p, gamma)
                  for a in algorithms for p in protocols}
         ranked = sorted(times, key=times.get)  # stable: ties go to the first registered
         (algorithm, protocol), runner_up = ranked[0], ranked[1] if len(ranked) > 1 else None
@@ -75,6 +75,17 @@ def tune(world_size: int, sizes, links, algorithms=None, protocols=PROTOCOLS,
                      "protocol": protocol, "time": times[ranked[0]], "runner_up": runner_up,
                      "runner_up_time": times[runner_up] if runner_up else None, "times": times})
     return rows
+
+
+def _predict(algorithm: str, n: int, size: float, link: Link, protocol: Protocol,
+             gamma: float) -> float:
+    """The algorithm's time with the protocol's α added to the link's and its share of the
+    bandwidth; on in-flight links, as the testbed runs it there (costmodel.predict_on_links)."""
+    alpha, beta = link.alpha + protocol.alpha, link.beta / protocol.efficiency
+    if link.in_flight and n > 1:
+        return costmodel.predict_on_links(algorithm, n, size,
+                                          Links.flat(alpha, 1 / beta, in_flight=True))
+    return costmodel.predict(algorithm, n, size, alpha, beta, gamma)
 
 
 def table_lines(rows) -> list[str]:

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import costmodel
+from .. import portsim
 from ..comm.base import check_array
+from ..comm.links import Link
 from .registry import allreduce_algorithm, check_op, reduce_into
 
 # K chunks per tree cost about 4K·α per port but shorten the pipeline's fill and drain, so the
@@ -27,6 +28,9 @@ from .registry import allreduce_algorithm, check_op, reduce_into
 # PIPELINE_BYTES = α / β, the bytes a link moves in one α (the course's testbed: 10 ms · 100 MB/s)
 PIPELINE_BYTES = 1_000_000
 MAX_CHUNKS = 64  # per tree
+# on in-flight links a chunk pays α once per hop whatever the number in flight: small chunks
+# shorten the fill and drain, down to what a rank's own cost per message allows
+FLIGHT_CHUNK = 512 << 10
 
 
 def btree(world_size: int, rank: int) -> tuple[int, list[int]]:
@@ -120,9 +124,12 @@ def trees(world_size: int) -> tuple[Tree, Tree]:
     return Tree.of(world_size, btree), Tree.of(world_size, mirror_tree)
 
 
-def pipeline_chunks(nbytes: int) -> int:
-    """K, the chunks each tree cuts its half into: sqrt(nbytes / PIPELINE_BYTES), 1 to MAX_CHUNKS
-    (pass chunks= to double_binary_tree for other links)."""
+def pipeline_chunks(nbytes: int, link: Link | None = None) -> int:
+    """K, the chunks each tree cuts its half into, 1 to MAX_CHUNKS: sqrt(nbytes / PIPELINE_BYTES)
+    where every message pays α on its ports; on in-flight links, where α overlaps, chunks of
+    FLIGHT_CHUNK bytes (pass chunks= to double_binary_tree to choose)."""
+    if link is not None and link.in_flight:
+        return max(1, min(MAX_CHUNKS, round(nbytes / (2 * FLIGHT_CHUNK))))
     return max(1, min(MAX_CHUNKS, round(math.sqrt(nbytes / PIPELINE_BYTES))))
 
 
@@ -146,63 +153,78 @@ def schedule(world_size: int, chunks: int) -> list[tuple[int, str, int, int, int
 
 
 def double_binary_tree(comm, x, op: str = "sum", chunks: int | None = None) -> np.ndarray:
-    """The algorithm with `chunks` per tree (default: pipeline_chunks(x.nbytes)); one collective."""
+    """The algorithm with `chunks` per tree (default: pipeline_chunks for its size and links);
+    one collective."""
     check_op(comm, op)
     x = check_array(x, f"allreduce input on rank {comm.rank}")
+    link = _link(comm)
     with comm.collective("allreduce", algorithm="double_binary_tree", op=op, dtype=x.dtype,
                          shape=x.shape):
-        return _pipelined(comm, x, op, chunks or pipeline_chunks(x.nbytes))
+        return _pipelined(comm, x, chunks or pipeline_chunks(x.nbytes, link), op, link)
 
 
-def _pipelined(comm, x: np.ndarray, op: str, chunks: int) -> np.ndarray:
-    n, r = comm.world_size, comm.rank
+def _link(comm) -> Link | None:
+    """The emulated link between this world's nodes (None: no emulated links)."""
+    links = getattr(comm, "links", None)
+    return links.inter if links is not None else None
+
+
+# without emulated links, ranks order their messages as on the course's testbed
+NOMINAL = Link(10e-3, 1 / 100e6)
+
+
+@functools.lru_cache(maxsize=32)
+def programs(world_size: int, chunks: int, nbytes: float, link: Link | None = None) -> list:
+    """Every rank's messages of schedule(...) in the order it issues them, as portsim.greedy
+    finds them on `link` (each piece nbytes / 2K): whenever its port is free a rank takes in what
+    has arrived, then sends the first chunk it has all the inputs of. Keys: (step, tag, piece,
+    src, dst)."""
+    messages, into = {}, {}
+    for step, tag, piece, src, dst in schedule(world_size, chunks):
+        key = (step, tag, piece, src, dst)
+        messages[key] = (src, dst, nbytes / (2 * chunks), tag == "reduce")
+        into.setdefault((dst, piece, tag), set()).add(key)
+    roots = [t.root for t in trees(world_size)]
+    needs = {key: (into.get((src, piece, "reduce"), set())
+                   if tag == "reduce" or src == roots[piece // chunks]
+                   else into[(src, piece, "broadcast")])
+             for key in messages for step, tag, piece, src, dst in [key]}
+    link = link or NOMINAL
+    return portsim.greedy(world_size, messages, needs, lambda src, dst: link)
+
+
+def _pipelined(comm, x: np.ndarray, chunks: int, op: str, link: Link | None) -> np.ndarray:
     out = x.reshape(-1).copy()  # reduced in place, chunk by chunk, then overwritten by broadcasts
     pieces = np.array_split(out, 2 * chunks)  # views: tree 1 owns the first K, tree 2 the rest
-    steps: dict[int, list] = {}
-    for step, tag, piece, src, dst in schedule(n, chunks):
-        if r in (src, dst):  # one clock for both phases: reduce and broadcast overlap
-            steps.setdefault(_clock(n, tag, step), []).append((step, tag, piece, src, dst))
-    for clock in sorted(steps):
-        # clock t: send the chunks that arrived before t, then take in the chunks sent at t (sends
-        # are eager and every rank posts its own first, so no rank waits on a rank that waits)
-        sends = [comm.isend(dst, pieces[piece], tag, step=step, chunk=piece)
-                 for step, tag, piece, src, dst in steps[clock] if src == r]
-        for _, tag, piece, src, dst in steps[clock]:
-            if dst != r:
-                continue
-            incoming = comm.recv(src, tag)
-            if tag == "reduce":  # a child's partial sum of this chunk
-                reduce_into(pieces[piece], incoming, op)
-            else:  # the finished chunk, from the parent
-                pieces[piece][...] = incoming
-        for request in sends:
-            request.wait()
+    sends = []
+    for kind, peer, (step, tag, piece, _, _), _ in programs(comm.world_size, chunks,
+                                                           float(x.nbytes), link)[comm.rank]:
+        if kind == "send":  # eager: the bytes are copied out, so a broadcast may overwrite them
+            sends.append(comm.isend(peer, pieces[piece], tag, step=step, chunk=piece))
+        elif tag == "reduce":  # a child's partial sum of this chunk
+            reduce_into(pieces[piece], comm.recv(peer, tag), op)
+        else:  # the finished chunk, from the parent
+            pieces[piece][...] = comm.recv(peer, tag)
+    for request in sends:
+        request.wait()
     return out.reshape(x.shape)
 
 
-def _clock(world_size: int, tag: str, step: int) -> int:
-    """When a step runs: the broadcast starts once the root's reduce of chunk 0 is done (both trees
-    have tree 1's height)."""
-    tree = trees(world_size)[0]
-    return step + (tree.height[tree.root] if tag == "broadcast" else 0)
-
-
-def _timed(world_size: int, nbytes: float) -> list[tuple[int, int, int, float, bool]]:
-    """The schedule as costmodel.scheduled reads it, on the clock both phases share."""
-    k = pipeline_chunks(int(nbytes))
-    return [(_clock(world_size, tag, step), src, dst, nbytes / (2 * k), tag == "reduce")
-            for step, tag, _, src, dst in schedule(world_size, k)]
+def _model(n: int, s: float, link: Link, link_of, gamma: float = 0.0) -> float:
+    k = pipeline_chunks(int(s), link)
+    return portsim.run(programs(n, k, float(s), link), link_of, gamma)
 
 
 def cost(n, s, alpha, beta, gamma=0.0):
-    """Both trees at once, K chunks each: every step waits for its busiest port (about 4 chunks of
-    S/2K in and out once the pipeline is full)."""
-    return costmodel.scheduled(_timed(n, s), alpha, beta, gamma)
+    """Both trees at once, K chunks each, every rank issuing its messages in its program's order,
+    on one full-duplex port per rank whose messages hold it for α + n·β (comm.links)."""
+    link = Link(alpha, beta)
+    return _model(n, s, link, lambda src, dst: link, gamma)
 
 
 def link_cost(n, s, links):
-    """The same schedule on emulated links: each message holds its ports for its link's time."""
-    return costmodel.scheduled_on_links(_timed(n, s), links)
+    """The same programs on emulated `links` (in flight or not), as the testbed runs them."""
+    return _model(n, s, links.inter, links.link)
 
 
 @allreduce_algorithm("double_binary_tree", layout="double_tree",
@@ -210,4 +232,5 @@ def link_cost(n, s, links):
                      colour="#7B3294")
 def allreduce_double_binary_tree(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
     """Two mirrored binary trees each reduce and broadcast half the buffer, pipelined in chunks."""
-    return _pipelined(comm, x, op, pipeline_chunks(x.nbytes))
+    link = _link(comm)
+    return _pipelined(comm, x, pipeline_chunks(x.nbytes, link), op, link)

@@ -11,7 +11,8 @@ import numpy as np
 from ..trace import Event, Receive, Trace
 from .calls import Calls
 from .contract import Comm
-from .errors import CollectiveError
+from .courier import Courier
+from .errors import CollectiveError, CollectiveTimeout
 from .mailbox import Mailbox, Message, Signature
 from .progress import Progress
 
@@ -59,6 +60,35 @@ class Request:
                              time.perf_counter(), self.chunk, self.collective, self.via))
 
 
+class InFlight(Request):
+    """A send on an in-flight link (comm.links): its bytes have left, and the rank's courier posts
+    the message when it arrives; `wait()` returns once it is posted and on its way."""
+
+    def __init__(self, comm: Communicator, dst: int, tag: str, nbytes: int, step: int, chunk):
+        super().__init__(comm, dst, tag, nbytes, step, chunk)
+        self._posted, self._request, self._error = threading.Event(), None, None
+        self._chunk = chunk
+
+    def post(self, msg: Message) -> None:
+        """On the courier's thread: hand the message to the transport; keep what goes wrong."""
+        try:
+            self._request = self.comm._post(self.dst, msg, self._chunk)
+            self.via = self._request.via
+        except BaseException as error:  # noqa: BLE001 - raised by wait(), on the rank's own thread
+            self._error = error
+        finally:
+            self._posted.set()
+
+    def _wait(self, deadline: float) -> None:
+        if not self._posted.wait(max(0.0, deadline - time.monotonic())):
+            raise CollectiveTimeout(f"rank {self.comm.rank}: its message {self.tag!r} to rank "
+                                    f"{self.dst} was still in flight at its deadline",
+                                    ranks=(self.dst,))
+        if self._error is not None:
+            raise self._error
+        self._request._wait(deadline)
+
+
 class Communicator(Comm):
     """What an algorithm sees of the world: its `rank`, the `world_size`,
     and send/recv between ranks (the contract: comm.contract.Comm).
@@ -80,6 +110,7 @@ class Communicator(Comm):
         self._calls = Calls()
         self._progress: Progress | None = None  # the communication thread, once one is asked for
         self._progress_lock = threading.Lock()
+        self._courier: Courier | None = None  # posts the messages of in-flight links
         # emulated links (allreduce_edu.comm.links): delay each send as its link would
         self.links = None
         self.ranks_per_node: int | None = None  # consecutive ranks that share a node; None: unknown
@@ -106,12 +137,16 @@ class Communicator(Comm):
         chunk = ((chunk, chunk + 1) if isinstance(chunk, (int, np.integer))
                  else (tuple(chunk) if chunk else None))
         call = self._calls.current()
-        msg = Message(self.rank, tag, array, self._epoch, call.collective_id if call else 0,
-                      call.signature if call else None, step)
         t_start = time.perf_counter()
-        if self.links is not None:  # the emulated link's time is part of the send
-            self.links.transmit(self.rank, dst, array.nbytes)
-        request = self._post(dst, msg, chunk)
+        # the emulated link's time is part of the send; in flight, the message arrives later
+        arrives = self.links.transmit(self.rank, dst, array.nbytes) if self.links else None
+        msg = Message(self.rank, tag, array if arrives is None else array.copy(), self._epoch,
+                      call.collective_id if call else 0, call.signature if call else None, step)
+        if arrives is None:
+            request = self._post(dst, msg, chunk)
+        else:
+            request = InFlight(self, dst, tag, array.nbytes, step, chunk)
+            self._courier_thread().at(arrives, lambda: request.post(msg))
         request.t_start, request.collective = t_start, call.label if call else ""
         return request
 
@@ -189,6 +224,12 @@ class Communicator(Comm):
                 self._progress = Progress(self)
             return self._progress
 
+    def _courier_thread(self) -> Courier:
+        with self._progress_lock:
+            if self._courier is None:
+                self._courier = Courier(f"courier-{self.rank}")
+            return self._courier
+
     def drain(self) -> None:
         """Wait for every non-blocking collective this rank issued (their errors stay theirs)."""
         if self._progress is not None:
@@ -210,8 +251,11 @@ class Communicator(Comm):
         """Release the transport's resources (transports call this first)."""
         with self._progress_lock:
             progress, self._progress = self._progress, None
+            courier, self._courier = self._courier, None
         if progress is not None:  # the communication thread of non-blocking collectives
             progress.close()
+        if courier is not None:  # messages still in flight are posted first
+            courier.close()
 
     # --- for transports -------------------------------------------------------------------
     def deliver(self, msg: Message) -> None:

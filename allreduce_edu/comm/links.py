@@ -1,5 +1,6 @@
 """Emulated network links: each message holds its sender's port and its receiver's port for
-α + bytes·β. Introduced in lessons/02; the course's testbed (allreduce_edu.testbed) is built on it.
+α + bytes·β (or, in flight, for bytes·β and arrives α later). Introduced in lessons/02; the
+course's testbed (allreduce_edu.testbed) is built on it.
 
 On one laptop a message costs CPU time, not wire time, so the α-β trade-offs of a real cluster never
 show. `Cluster(links=Links.flat("1ms", "100MB/s"))` makes them show: `Communicator.isend` calls
@@ -15,6 +16,12 @@ The model, as the α-β formulas assume it:
   (`Ports`, shared memory with a lock), first come, first served;
 - a waiting rank sleeps to a deadline (no spinning: it leaves the CPU to the other ranks; with a
   1 ns timer slack, Linux wakes it within tens of µs);
+- in flight (`Links.flat(..., in_flight=True)`, lessons/16): α is the wire's latency, not port
+  time: a message holds its sender's port for bytes·β, reaches the receiver's port α later and
+  holds it for bytes·β, so a port starts its next message while earlier ones are still on the
+  wire (as a NIC does; LogP's L). A chain of dependent messages still pays α per hop; many
+  messages in flight pay it once. The sender is free after bytes·β; the message is posted when
+  it arrives (comm.courier);
 - two levels (`Links.two_level`): ranks of one node talk over `intra` links, ranks of different
   nodes over `inter` links (one NIC per rank, as in rail-optimised clusters);
 - the transport's own cost (copies, gRPC) comes on top: make emulated links much slower than it.
@@ -72,13 +79,15 @@ class Ports:
         self._free = ctx.RawArray("d", 2 * world_size)  # [2r]: r's egress, [2r + 1]: r's ingress
         self._lock = ctx.Lock()
 
-    def book(self, src: int, dst: int, seconds: float) -> float:
-        """Book src's egress and dst's ingress for `seconds`, from the first moment both are
-        free; returns the time.monotonic() at which the message has crossed."""
+    def book(self, src: int, dst: int, seconds: float, latency: float = 0.0) -> tuple[float, float]:
+        """Book src's egress for `seconds` and dst's ingress for the same `seconds`, `latency`
+        later, from the first moment both are free; returns the time.monotonic() at which src's
+        port is free again and the one at which the message has arrived."""
         with self._lock:
-            start = max(time.monotonic(), self._free[2 * src], self._free[2 * dst + 1])
-            self._free[2 * src] = self._free[2 * dst + 1] = end = start + seconds
-        return end
+            start = max(time.monotonic(), self._free[2 * src], self._free[2 * dst + 1] - latency)
+            self._free[2 * src] = free = start + seconds
+            self._free[2 * dst + 1] = arrived = free + latency
+        return free, arrived
 
     def __repr__(self) -> str:
         return f"Ports(world_size={self.world_size})"
@@ -87,10 +96,11 @@ class Ports:
 @dataclass(frozen=True)
 class Link:
     """One kind of link: `alpha` seconds per message plus `beta` seconds per byte
-    (1/beta = bandwidth)."""
+    (1/beta = bandwidth); `in_flight`: α is latency on the wire, not time on the ports."""
 
     alpha: float
     beta: float
+    in_flight: bool = False
 
     def __post_init__(self):
         if self.alpha < 0 or self.beta < 0:
@@ -98,8 +108,12 @@ class Link:
                              f"got alpha={self.alpha}, beta={self.beta}")
 
     def seconds(self, nbytes: int) -> float:
-        """How long `nbytes` occupy this link: α + nbytes·β."""
+        """How long `nbytes` take to cross this link: α + nbytes·β."""
         return self.alpha + nbytes * self.beta
+
+    def port_seconds(self, nbytes: int) -> float:
+        """How long `nbytes` hold each of the two ports: α + nbytes·β, or nbytes·β in flight."""
+        return nbytes * self.beta + (0.0 if self.in_flight else self.alpha)
 
     @classmethod
     def parse(cls, text: str) -> Link:
@@ -117,7 +131,8 @@ class Link:
         return cls(alpha, 1.0 / rate)
 
     def __str__(self) -> str:
-        return f"{self.alpha * 1e6:g} us + {1e-9 / self.beta if self.beta else float('inf'):g} GB/s"
+        rate = 1e-9 / self.beta if self.beta else float("inf")
+        return f"{self.alpha * 1e6:g} us{' in flight' if self.in_flight else ''} + {rate:g} GB/s"
 
 
 def _as_link(value) -> Link:
@@ -147,15 +162,17 @@ class Links:
             raise ValueError(f"ranks_per_node must be an integer >= 1, got {self.ranks_per_node!r}")
 
     @classmethod
-    def flat(cls, alpha, bandwidth) -> Links:
+    def flat(cls, alpha, bandwidth, in_flight: bool = False) -> Links:
         """One kind of link between every pair of ranks (every rank its own node):
-        Links.flat("1ms", "100MB/s"), or Links.flat(1e-3, 100e6) in seconds and bytes/s."""
+        Links.flat("1ms", "100MB/s"), or Links.flat(1e-3, 100e6) in seconds and bytes/s;
+        in_flight=True: α is latency on the wire (see the module's docstring)."""
         if isinstance(alpha, str) or isinstance(bandwidth, str):
             link = Link.parse(f"{alpha},{bandwidth}")
         else:
             if not bandwidth > 0:
                 raise ValueError(f"bandwidth must be > 0 bytes/s, got {bandwidth!r}")
             link = Link(float(alpha), 1.0 / float(bandwidth))
+        link = replace(link, in_flight=bool(in_flight))
         return cls(1, link, link)
 
     @property
@@ -186,16 +203,21 @@ class Links:
         link = self.link(src, dst)
         return 0.0 if link is None else link.seconds(nbytes)
 
-    def transmit(self, src: int, dst: int, nbytes: int) -> None:
-        """Hold the sender, asleep, until `nbytes` have crossed from `src`'s port to `dst`'s
-        (called by Communicator.isend)."""
-        seconds = self.seconds(src, dst, nbytes)
-        if seconds <= 0:
-            return
+    def transmit(self, src: int, dst: int, nbytes: int) -> float | None:
+        """Hold the sender, asleep, until `nbytes` have left `src`'s port for `dst`'s (called by
+        Communicator.isend). Returns None when they have arrived too (store and forward), else
+        the time.monotonic() at which they arrive (in flight: the caller posts them then)."""
+        link = self.link(src, dst)
+        if link is None or link.seconds(nbytes) <= 0:
+            return None
+        latency = link.alpha if link.in_flight else 0.0
         if self.ports is None:
-            hold(seconds)
+            now = time.monotonic()
+            free, arrived = now + link.port_seconds(nbytes), now + link.seconds(nbytes)
         else:
-            sleep_until(self.ports.book(src, dst, seconds))
+            free, arrived = self.ports.book(src, dst, link.port_seconds(nbytes), latency)
+        sleep_until(free)
+        return arrived if link.in_flight else None
 
     def __str__(self) -> str:
         if self.uniform is not None:

@@ -12,10 +12,10 @@ import time
 
 import numpy as np
 
+from .. import portsim
 from ..collectives import all_gather, allreduce
-from ..collectives.double_binary_tree import Tree, btree, double_binary_tree, schedule, trees
+from ..collectives.double_binary_tree import Tree, btree, double_binary_tree, programs, trees
 from ..comm.links import Links
-from ..costmodel import scheduled_on_links
 from ..runtime import TESTBED, Cluster
 from ..tuner import tune
 from .feedback import Feedback, failed, passed
@@ -56,13 +56,9 @@ def interior(tree: Tree) -> list[int]:
 
 
 def pipelined_model(world_size: int, nbytes: float, chunks: int, links: Links = TESTBED) -> float:
-    """Seconds the double binary tree's schedule takes on `links` with `chunks` per tree: every
-    clock step waits for its busiest port; the broadcast starts when tree 1's root has chunk 0."""
-    first = trees(world_size)[0]
-    start = first.height[first.root]
-    messages = [(step + (start if tag == "broadcast" else 0), src, dst, nbytes / (2 * chunks),
-                 tag == "reduce") for step, tag, _, src, dst in schedule(world_size, chunks)]
-    return scheduled_on_links(messages, links)
+    """Seconds the double binary tree takes on `links` with `chunks` per tree: every rank's
+    messages in its program's order, on one port per rank (portsim)."""
+    return portsim.run(programs(world_size, chunks, float(nbytes), links.inter), links.link)
 
 
 def time_chunks(comm, nbytes: int, chunk_counts, reps: int = 1) -> dict[int, float]:

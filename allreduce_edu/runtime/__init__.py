@@ -20,9 +20,9 @@ from .engines import (
 from .failures import RemoteTraceback, print_outputs, root_cause
 from .rendezvous import init
 from .shipping import ship
-from .testbed import TESTBED, testbed
+from .testbed import TESTBED, TESTBED_IN_FLIGHT, testbed
 from .worker import GRACE
 
 __all__ = ["Cluster", "RemoteTraceback", "print_outputs", "root_cause", "init", "run_on_engine",
            "engine_available", "missing", "compare_with_builtin", "format_comparison", "ship",
-           "GRACE", "testbed", "TESTBED"]
+           "GRACE", "testbed", "TESTBED", "TESTBED_IN_FLIGHT"]

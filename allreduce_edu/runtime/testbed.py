@@ -18,6 +18,9 @@ from .cluster import Cluster
 
 #: the testbed's network: every link 10 ms per message and 100 MB/s (a 1 MiB message: 20.5 ms)
 TESTBED = Links.flat("10ms", "100MB/s")
+#: the same links with α in flight (lessons/16): a port sends its next message while earlier ones
+#: are still on the wire, as a NIC does, so ranks that keep many messages going pay α once
+TESTBED_IN_FLIGHT = Links.flat("10ms", "100MB/s", in_flight=True)
 
 
 def testbed(world_size: int = 4, links: Links = TESTBED, **kwargs) -> Cluster:

@@ -75,3 +75,14 @@ def test_links_are_read_for_their_alpha_and_beta():
         tune(8, [1 << 20], types.SimpleNamespace(uniform=None))
     with pytest.raises(ValueError, match="cost formula"):
         tune(8, [1 << 20], TESTBED, ["butterfly"])
+
+
+def test_in_flight_the_tuner_takes_nccls_tree_until_the_ring_s_bandwidth_wins():
+    import allreduce_edu as ae
+    sizes = [8, 256 << 10, 1 << 20, 4 << 20, 16 << 20]
+    rows = tune(8, sizes, ae.TESTBED_IN_FLIGHT, ["ring", "double_binary_tree"])
+    assert [r["algorithm"] for r in rows] == ["double_binary_tree"] * 4 + ["ring"]
+    # the same links with α on the ports: every chunk pays α at every port, and the ring wins sooner
+    stored = tune(8, sizes, ae.TESTBED, ["ring", "double_binary_tree"])
+    assert stored[3]["algorithm"] == "ring" and stored[0]["algorithm"] == "double_binary_tree"
+    assert rows[-1]["times"]["double_binary_tree", "Simple"] < stored[-1]["times"]["double_binary_tree", "Simple"]
