@@ -11,6 +11,7 @@ Guesses live in your progress file (progress.py); `progress()` lists them beside
 from __future__ import annotations
 
 import math
+import numbers
 
 from .feedback import wrap
 from .progress import predictions
@@ -50,8 +51,11 @@ def compare_prediction(key: str, measured, model=None, unit: str = "") -> str:
 
 
 def show(value, unit: str = "") -> str:
-    """3.5 -> "3.5", 4.0 -> "4", a text as it is; the unit after it."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+    """3.5 -> "3.5", 4.0 -> "4", 1512000 -> "1512000" (a whole number exactly), a text as it
+    is; the unit after it."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = int(value)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         value = f"{value:.3g}"
     return f"{value}{unit}"
 

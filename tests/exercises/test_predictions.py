@@ -65,3 +65,11 @@ def test_a_claim_prints_a_tick_or_says_the_numbers_do_not_support_it(capsys):
     assert capsys.readouterr().out == "✓ the ring beats naive\n"
     claim(3 < 2, "the ring beats naive")
     assert capsys.readouterr().out.startswith("✗ not shown this time: the ring beats naive.")
+
+
+def test_whole_numbers_print_exactly_and_fractions_in_three_digits():
+    import numpy as np
+
+    from allreduce_edu.exercises.predictions import show
+    assert show(1512000, " B") == "1512000 B" and show(np.int64(7)) == "7"
+    assert show(1512000.0, " B") == "1.51e+06 B" and show(3.14159) == "3.14" and show(True) == "True"
