@@ -41,7 +41,7 @@ def choose(nbytes, world_size, alpha, beta):
 
 #: the sizes (bytes) at which check_choose compares your formulas with the model's, N = 2 … 512
 FORMULA_SIZES = (8, 777_777, 1 << 30)
-LAPTOP = (300e-6, 1 / 1.0e9)  # typical numbers on a laptop: the machine of the formula check
+LAPTOP = (500e-6, 1 / 1.0e9)  # lesson 01's typical laptop pair: the machine of the formula check
 
 
 def measure_rows(cluster, algorithms, sizes, dtype="float32", iters=20, warmup=5,

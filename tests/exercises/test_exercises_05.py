@@ -93,7 +93,7 @@ def test_the_formulas_are_checked_against_the_model_for_every_n():
      ["rabenseifner on N = 3", "not a power of two"]),
     ({"ring": lambda n, s, a, b: 1e6 * (2 * (n - 1) * a + 2 * (n - 1) / n * s * b)},
      ["ring on N = 2", "that is µs: return seconds"]),
-    ({"tree": lambda n, s, a, b: None}, ["my_time('tree', 2, 8, 0.0003, 1e-09) returned None"]),
+    ({"tree": lambda n, s, a, b: None}, ["my_time('tree', 2, 8, 0.0005, 1e-09) returned None"]),
     ({"tree": lambda n, s, a, b: a / b}, ["tree on N = 2", "compare your formula with the table's row"]),
 ])
 def test_a_wrong_formula_names_the_first_algorithm_n_and_s_and_the_term(slip, says):
