@@ -1,24 +1,47 @@
-"""Lesson 05 · choosing an algorithm: pick by the cost model, predict a crossover, explain the bits.
+"""Lesson 05 · choosing an algorithm: write the cost model, fit it, explain the bits.
 
-`check_choose` asks your `choose(nbytes, world_size, alpha, beta)` about sizes from 8 B to 1 GiB,
-2 to 512 ranks and three machines, and names the first case where its pick is not the fastest the
-model predicts.
+`check_choose` compares your `my_time(algorithm, world_size, nbytes, alpha, beta)` with the
+library's formulas for every N from 2 to 512 and names the first (algorithm, N, S) where they
+disagree; then it asks your `choose(nbytes, world_size, alpha, beta)` about sizes from 8 B to 1 GiB
+and three machines, and names the first case where its pick is not the model's fastest.
 """
 
 from __future__ import annotations
 
 from ..bench import combine, measure
-from ..costmodel import crossover, predict
-from .feedback import Feedback, failed, passed
-from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
-from .spec import Blank, Slip, choice, number
+from ..costmodel import crossover, predict  # noqa: F401 - lesson 10 imports crossover from here
+from .feedback import Feedback, failed, not_attempted, passed
+from .lesson05_questions import check_tree_time  # noqa: F401 - the notebook imports it here
+from .registry import exercise, hint, is_stub, learner_or_reference, solution  # noqa: F401 - notebook
+from .spec import choice
 
 #: the algorithms lesson 05 chooses among (lesson 04's four)
 CANDIDATES = ("ring", "tree", "recursive_doubling", "rabenseifner")
 
-CHOOSE_SOLUTION = """def choose(nbytes, world_size, alpha, beta):
+CHOOSE_SOLUTION = """def my_time(algorithm, world_size, nbytes, alpha, beta):
+    N, S = world_size, float(nbytes)
+    levels = (N - 1).bit_length()             # ⌈log2 N⌉
+    p = 1 << (N.bit_length() - 1)             # the largest power of two ≤ N
+    k = p.bit_length() - 1                    # log2 p
+    fold = 0 if p == N else 2 * (alpha + S * beta)
+    if algorithm == "ring":
+        return 2 * (N - 1) * alpha + 2 * (N - 1) / N * S * beta
+    if algorithm == "tree":
+        return 2 * levels * (alpha + S * beta)
+    if algorithm == "recursive_doubling":
+        return k * (alpha + S * beta) + fold
+    if algorithm == "rabenseifner":
+        return 2 * k * alpha + 2 * (p - 1) / p * S * beta + fold
+    raise ValueError(f"no formula for {algorithm!r}")
+
+
+def choose(nbytes, world_size, alpha, beta):
     return min(["ring", "tree", "recursive_doubling", "rabenseifner"],
-               key=lambda algorithm: predict(algorithm, world_size, nbytes, alpha, beta))"""
+               key=lambda algorithm: my_time(algorithm, world_size, nbytes, alpha, beta))"""
+
+#: the sizes (bytes) at which check_choose compares your formulas with the model's, N = 2 … 512
+FORMULA_SIZES = (8, 777_777, 1 << 30)
+LAPTOP = (500e-6, 1 / 1.0e9)  # lesson 01's typical laptop pair: the machine of the formula check
 
 
 def measure_rows(cluster, algorithms, sizes, dtype="float32", iters=20, warmup=5,
@@ -31,7 +54,7 @@ def measure_rows(cluster, algorithms, sizes, dtype="float32", iters=20, warmup=5
 def _grid():
     """(nbytes, world_size, alpha, beta): 8 B … 1 GiB, 2 … 512 ranks, a laptop and a cluster."""
     sizes = [8 << (2 * k) for k in range(14)] + [3000, 100_000, 777_777, 5_000_000]
-    machines = [(300e-6, 1 / 1.0e9), (10e-6, 1 / 20e9), (2e-3, 1 / 50e6)]
+    machines = [LAPTOP, (10e-6, 1 / 20e9), (2e-3, 1 / 50e6)]
     for alpha, beta in machines:
         for world_size in (2, 3, 4, 5, 8, 13, 16, 64, 512):
             for nbytes in sorted(sizes):
@@ -42,24 +65,101 @@ def _describe(alpha: float, beta: float) -> str:
     return f"α = {alpha * 1e6:g} µs, 1/β = {1 / beta / 1e9:g} GB/s"
 
 
+def _uses_the_model(fn) -> bool:
+    """Whether `fn` is the library's cost model or calls it (predict, COSTS, costmodel)."""
+    code = getattr(fn, "__code__", None)
+    return (getattr(fn, "__module__", "") == predict.__module__
+            or bool(code and {"predict", "COSTS", "costmodel"} & set(code.co_names)))
+
+
+def _terms(fn, algorithm: str, n: int, s: float) -> tuple[float, float] | None:
+    """(steps, bytes along the way) of a formula: its time with α = 1, β = 0 and α = 0, β = 1."""
+    try:
+        return float(fn(algorithm, n, s, 1.0, 0.0)), float(fn(algorithm, n, s, 0.0, 1.0))
+    except Exception:  # noqa: BLE001 - the learner's formula may not take β = 0: no diagnosis
+        return None
+
+
+def _why(algorithm: str, n: int, s: float, mine, model) -> str:
+    """What differs between the learner's formula and the model's at (algorithm, N, S)."""
+    parts = []
+    if mine is not None:
+        for what, got, want, unit in (("steps (the α term)", mine[0], model[0], ""),
+                                      ("bytes along the way (the β term)", mine[1] / s,
+                                       model[1] / s, "·S")):
+            if abs(got - want) > 1e-6 * max(abs(want), 1.0):
+                parts.append(f"your {what} {got:.4g}{unit}, the table's {want:.4g}{unit}")
+    p = 1 << (n.bit_length() - 1)
+    if algorithm == "tree" and p != n:
+        parts.append(f"the tree rounds up: ⌈log2 {n}⌉ = {(n - 1).bit_length()} levels")
+    elif algorithm in ("recursive_doubling", "rabenseifner") and p != n:
+        parts.append(f"{n} is not a power of two: run on p = {p} ranks and add the fold and "
+                     f"unfold, 2 more steps of the whole buffer")
+    return "; ".join(parts) or "compare your formula with the table's row"
+
+
+def _check_formulas(my_time) -> Feedback | None:
+    """The first (algorithm, N, S) where my_time disagrees with the model (None: nowhere)."""
+    if _uses_the_model(my_time):
+        return failed("your my_time asks the library's cost model; the exercise is to write the "
+                      "four formulas yourself, from the table above.")
+    alpha, beta = LAPTOP
+    for n in range(2, 513):
+        for algorithm in CANDIDATES:
+            for s in FORMULA_SIZES:
+                call = f"my_time({algorithm!r}, {n}, {s}, {alpha:g}, {beta:g})"
+                try:
+                    got = my_time(algorithm, n, s, alpha, beta)
+                    if got is None:
+                        return failed(f"{call} returned None: return seconds, a number, for "
+                                      f"each of {', '.join(CANDIDATES)}.")
+                    got = float(got)
+                except Exception as e:  # noqa: BLE001 - the learner's code: report, don't crash
+                    return failed(f"{call} raised {type(e).__name__}: {e}")
+                want = predict(algorithm, n, s, alpha, beta)
+                if abs(got - want) <= 1e-6 * want:
+                    continue
+                scale = got / want
+                units = next((f" — that is {unit}: return seconds" for unit, x in
+                              (("ms", 1e3), ("µs", 1e6)) if abs(scale / x - 1) < 1e-6), "")
+                model = (predict(algorithm, n, s, 1.0, 0.0), predict(algorithm, n, s, 0.0, 1.0))
+                return failed(f"{algorithm} on N = {n}, S = {s:,} bytes: your my_time says "
+                              f"{got * 1e6:,.6g} µs, the model {want * 1e6:,.6g} µs{units}; "
+                              f"{_why(algorithm, n, s, _terms(my_time, algorithm, n, s), model)}.")
+    return None
+
+
 @exercise(
-    "05.1", "choose the fastest algorithm by the model", kind="code", function="choose",
-    solution=CHOOSE_SOLUTION, needs={"predict": predict},
-    hints=('No size thresholds needed: the model already prices every algorithm. Ask it for each '
-           "of the four candidates' time and keep the fastest.",
-           'predict(algorithm, world_size, nbytes, alpha, beta) from allreduce_edu.costmodel '
-           '(imported at the top of this lesson) gives the predicted seconds. Mind its argument '
-           'order: world_size comes before nbytes.',
-           'The key idea: choosing is minimising. Price each candidate for this N, S, α and β, and'
-           " return the name whose price is lowest — the same question NCCL's tuner answers with "
-           'its own model.'),
+    "05.1", "write the model's formulas, choose by them", kind="code", function="choose",
+    solution=CHOOSE_SOLUTION,
+    hints=('Translate the table row by row: a time is steps·α + bytes along the way·β, with '
+           'N = world_size and S = nbytes (γ left out). The checker tells you which term of which '
+           'row is off first.',
+           '⌈log2 N⌉ in integers is (N - 1).bit_length(); the largest power of two p ≤ N is '
+           '1 << (N.bit_length() - 1), and log2 p is then p.bit_length() - 1.',
+           'For recursive doubling and Rabenseifner, price p ranks and add 2·(alpha + S·beta) '
+           'when p < N. Then choose is min over the four names with my_time as the key.',
+           'The key idea: every algorithm is a straight line in S, its intercept the steps times '
+           'α and its slope the bytes along the way times β; a rank count that is not a power of '
+           'two costs the recursive ones a whole buffer in and out. Choosing is then picking the '
+           "lowest of four prices, as NCCL's tuner does with its own model."),
+    todo="write the bodies of my_time and choose in place of `...`, then run this cell again.",
     key="""from allreduce_edu.exercises.lesson05 import check_choose, hint, solution
 
 """ + CHOOSE_SOLUTION + """
 
-check_choose(choose)""")
-def check_choose(choose) -> Feedback:
-    """Exercise 05.1: choose(nbytes, world_size, alpha, beta) names the model's fastest."""
+check_choose(choose, my_time)""")
+def check_choose(choose, my_time=None) -> Feedback:
+    """Exercise 05.1: my_time(algorithm, world_size, nbytes, alpha, beta) is the model's formula
+    for every N = 2 … 512, and choose(nbytes, world_size, alpha, beta) names the fastest."""
+    if my_time is not None:
+        if is_stub(my_time):
+            return not_attempted('write the body of my_time in place of `...` (the table\'s '
+                                 'formulas), then run this cell again. Stuck? hint("05.1") gives '
+                                 'a first hint.')
+        wrong = _check_formulas(my_time)
+        if wrong is not None:
+            return wrong
     for nbytes, n, alpha, beta in _grid():
         times = {a: predict(a, n, nbytes, alpha, beta) for a in CANDIDATES}
         best = min(times, key=times.get)
@@ -80,61 +180,12 @@ def check_choose(choose) -> Feedback:
             else:
                 why = "near a crossover, compare the full formulas, not a fixed threshold"
             return failed(f"at {where} you chose {got} (predicted {times[got] * 1e6:,.1f} µs) but "
-                          f"{best} is predicted {times[best] * 1e6:,.1f} µs — {why}; use "
-                          f"costmodel.predict for each candidate.")
-    return passed("your choice matched the model's fastest algorithm at every size from 8 B to "
-                  "1 GiB, for 2 to 512 ranks, on a laptop, a real cluster and a slow emulated "
-                  "link.")
-
-
-check_crossover = number(
-    "05.2", "predict the tree/ring crossover", module=__name__, checker="check_crossover",
-    question="On a cluster with α = 10 µs and 1/β = 20 GB/s, with 8 ranks: above how many "
-             "**bytes** is the ring faster than the tree? Work it out from the two formulas (no "
-             "`crossover` call!).",
-    setup="alpha_cluster, beta_cluster = 10e-6, 1 / 20e9",
-    blanks=(Blank("my_crossover", "bytes: a number, or an expression of alpha_cluster, "
-                  "beta_cluster", "8 * alpha_cluster / (4.25 * beta_cluster)"),),
-    inputs={"alpha": 10e-6, "beta": 1 / 20e9, "world_size": 8},
-    call="alpha_cluster, beta_cluster, world_size=8", unit="bytes",
-    answer=lambda d: crossover("tree", "ring", d.world_size, d.alpha, d.beta),
-    slips=lambda d: [
-        *[Slip(crossover("tree", "ring", d.world_size, d.alpha, d.beta) / scale,
-               f"that looks like {unit}: the checker wants bytes.")
-          for unit, scale in (("KiB", 1024), ("kB", 1000), ("MiB", 1 << 20), ("MB", 1e6))],
-        Slip(d.alpha / d.beta, f"α/β = {d.alpha / d.beta:,.0f} bytes is where one message's α "
-             f"equals its bytes·β. The crossover also depends on the step counts and bytes of "
-             f"each algorithm on {d.world_size} ranks: set the two formulas equal and solve for "
-             f"S."),
-        Slip(_one_phase_tree(d), "the tree has two phases, reduce and broadcast: 2·⌈log2 N⌉ "
-             "steps, each moving the whole buffer."),
-    ],
-    otherwise=lambda d, name, got: (
-        f"off by a factor {got / crossover('tree', 'ring', d.world_size, d.alpha, d.beta):.2f}: "
-        f"tree = 2⌈log2 N⌉(α + Sβ), ring = 2(N−1)α + 2(N−1)/N·Sβ; set them equal and solve for S."),
-    success=lambda d: _crossover_success(d),
-    hints=("Write both times for N = 8 as a·α + b·S·β: the tree takes 2⌈log2 8⌉ steps, each "
-           "moving the whole buffer S; the ring takes 2(N − 1) steps and moves 2(N − 1)/N·S "
-           "along the way.",
-           "Set the two equal, 6α + 6·S·β = 14α + 1.75·S·β, and solve for S. β is seconds per "
-           "byte, as beta_cluster = 1 / 20e9 already is."),
-    solution="""Both times are straight lines in S; set them equal and solve for S. On N = 8 ranks:
-    tree: 2·⌈log2 8⌉·(α + S·β) = 6α + 6·S·β
-    ring: 2·(8 − 1)·α + 2·(8 − 1)/8·S·β = 14α + 1.75·S·β
-    6α + 6Sβ = 14α + 1.75Sβ  →  S = 8α / (4.25β) ≈ 1.88·α/β
-With α = 10 µs and 1/β = 20 GB/s: α/β = 200,000 bytes, so S ≈ 376,000 bytes (≈ 367 KiB).
-crossover("tree", "ring", 8, alpha, beta) computes it.""")
-
-
-def _one_phase_tree(d) -> float:
-    log, slope = (d.world_size - 1).bit_length(), 2 * (d.world_size - 1) / d.world_size
-    return (2 * (d.world_size - 1) - log) * d.alpha / ((log - slope) * d.beta)
-
-
-def _crossover_success(d) -> str:
-    want = crossover("tree", "ring", d.world_size, d.alpha, d.beta)
-    return (f"{want:,.0f} bytes ({want / 1024:,.0f} KiB) = {want * d.beta / d.alpha:.2f}·α/β: "
-            f"below it the tree's fewer steps win, above it the ring's smaller messages.")
+                          f"{best} is predicted {times[best] * 1e6:,.1f} µs — {why}; price every "
+                          f"candidate with your formulas and keep the cheapest.")
+    checked = "your formulas agree with the model's on 2 to 512 ranks, and " if my_time else ""
+    return passed(f"{checked}your choice matched the model's fastest algorithm at every size from "
+                  "8 B to 1 GiB, for 2 to 512 ranks, on a laptop, a real cluster and a slow "
+                  "emulated link.")
 
 
 check_float_order_answer = choice(
