@@ -60,9 +60,11 @@ def compare(cluster, algorithms, sizes, dtype="float32", iters: int = 3, warmup:
 
 
 def format_comparison(rows: list[dict]) -> str:
-    """One line per row: measured, the links' model, the fitted model, measured ÷ each."""
+    """One line per row: measured, the links' model, the fitted model (when there is one),
+    measured ÷ each."""
+    fits = any(r.get("fit_us") for r in rows)
     lines = [f"{'algorithm':>19} {'N':>3} {'size':>9} {'measured':>10} {'model':>10} "
-             f"{'÷ model':>8} {'fitted':>10} {'÷ fitted':>9}"]
+             f"{'÷ model':>8}" + (f" {'fitted':>10} {'÷ fitted':>9}" if fits else "")]
     for r in rows:
         model, fitted = r.get("model_us"), r.get("fit_us")
         lines.append(
