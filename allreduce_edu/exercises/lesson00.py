@@ -61,6 +61,7 @@ def _welcome_inputs(d) -> np.ndarray:
 
 @exercise(
     "00.2", 'all-reduce with op="max"', kind="code", function="my_max", solution=MAX_SOLUTION,
+    library=(),
     explanation="Every rank gets [N − 1, 0]: the largest rank, and the largest of −rank "
                 "(rank 0's 0).",
     hints=("Every rank calls the same collective, and the op decides how the ranks' values "

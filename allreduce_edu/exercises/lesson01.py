@@ -63,6 +63,7 @@ The bytes cost the same as one 64 MiB message (α + 64 MiB·β); the pieces add 
 
 @exercise(
     "01.2", "write a ping-pong", kind="code", function="echo_doubled", solution=ECHO_SOLUTION,
+    library=("bench.allreduce:latency",),
     explanation="Rank 1 returns what it received; the checker looks at rank 0's result, and at "
                 "the two messages in the trace.",
     hints=('Branch on comm.rank: rank 0 does one half, rank 1 the other. Rank 0 starts with '

@@ -63,6 +63,7 @@ def _why_failed(e: Exception) -> str:
 
 @exercise(
     "04.1", "write a binomial-tree reduce", kind="code", function="my_tree_reduce",
+    library=("collectives.tree:reduce_tree",),
     solution=TREE_SOLUTION,
     hints=('Keep a running partial sum, acc = x.copy(), and walk the bits of your rank, one per '
            'step: distance = 1, 2, 4, … while distance < comm.world_size.',

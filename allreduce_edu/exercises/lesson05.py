@@ -44,6 +44,7 @@ def _describe(alpha: float, beta: float) -> str:
 
 @exercise(
     "05.1", "choose the fastest algorithm by the model", kind="code", function="choose",
+    library=("tuner:tune",),
     solution=CHOOSE_SOLUTION, needs={"predict": predict},
     hints=('No size thresholds needed: the model already prices every algorithm. Ask it for each '
            "of the four candidates' time and keep the fastest.",

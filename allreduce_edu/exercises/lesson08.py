@@ -94,6 +94,8 @@ def _raised_hint(e: BaseException) -> str:
 
 @exercise(
     "08.1", "average the gradients over the ranks", kind="code",
+    library=("training:bucket_layout", "training:bucket", "training:unbucket",
+             "training:allreduce_gradients"),
     function="average_gradients", solution=AVERAGE_SOLUTION,
     explanation="Walk the tensors in order, open a bucket when the next would overflow the cap; "
                 "one all-reduce per bucket, divided by world_size, cut back into shapes.",

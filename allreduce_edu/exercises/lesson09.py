@@ -41,6 +41,8 @@ NEEDS = {"gloo": "needs torch: pip install -e '.[torch]'",
 
 @exercise(
     "09.1", "make the blog's ring run everywhere", kind="code", function="fixed_ring",
+    library=("collectives.ring:allreduce_ring", "collectives.ring:reduce_scatter_ring",
+             "collectives.ring:all_gather_ring"),
     solution=FIXED_SOLUTION,
     explanation="""Three fixes: np.array_split instead of reshape(n, -1) (10 elements do not divide
 by 3); a copy, since reshape and array_split return views and += would write into x; sendrecv

@@ -146,6 +146,7 @@ def _traffic_problem(sent: dict, length: int, n: int, rank: int, step: int) -> s
 
 @exercise(
     "11.1", "write ZeRO-1's step", kind="code", function="my_zero1_step",
+    library=("sharded.zero:Rank.train_step",),
     solution=ZERO1_SOLUTION,
     needs={"reduce_scatter": reduce_scatter, "all_gather": all_gather, "adam": adam},
     explanation="""Data parallel's all-reduce cut in its two halves, Adam in between: the same

@@ -118,6 +118,7 @@ HOOK_SOLUTION = """def my_ddp_hook(state, bucket):
 
 @exercise(
     "13.1", "write the DDP communication hook", kind="code", function="my_ddp_hook",
+    library=("pytorch.hook:allreduce_hook",),
     solution=HOOK_SOLUTION,
     explanation="""DDP hands the hook one bucket: this rank's gradients of a few layers, flat. The
 hook sends them through the ring (the sum over the ranks), divides by N (each rank's gradient is
@@ -184,6 +185,7 @@ SYNC_SOLUTION = """def my_sync_norm_grads(comm, grad_weight, grad_bias):
 
 @exercise(
     "13.2", "keep the norm's weights in step", kind="code", function="my_sync_norm_grads",
+    library=("pytorch.tensor_parallel:sync_norm_grads",),
     solution=SYNC_SOLUTION, needs={"allreduce": allreduce},
     explanation="""Every rank normalises only its own rows, so its gradient of the norm's weight and
 bias sums over those rows alone. The batch's gradient is the sum over all rows: one all-reduce

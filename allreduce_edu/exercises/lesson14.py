@@ -224,6 +224,7 @@ tree_sum = cuda.jit(device=True)(tree_sum)   # a device function: kernels can ca
 
 @exercise(
     "14.1", "write the block's tree reduction", kind="code", function="tree_sum",
+    library=("gpu.block:block_sum",),
     solution=TREE_SOLUTION, needs={"cuda": cuda},
     hints=('Each step halves the stride s, starting at s = cuda.blockDim.x // 2: thread t < s adds'
            ' shared[t + s] into shared[t]. After the step with s = 1, shared[0] holds the sum.',
