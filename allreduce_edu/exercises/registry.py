@@ -91,7 +91,7 @@ def exercise(id: str, title: str, *, kind: str, hints=(), solution: str, key: st
             try:
                 return values, check(*args, **kwargs)
             except Exception as e:  # noqa: BLE001 - feedback, not a traceback; the learner's own
-                # errors are caught inside the checkers (harness.run_learner), so this is the check
+                # errors are caught inside the checkers (harness.run_on_ranks), so this is the check
                 why = f"{type(e).__name__}: {e}"
                 message = (f"the check itself could not finish ({why}). If your answer has the "
                            f"type the exercise asks for, run the cell again; this try is not "
