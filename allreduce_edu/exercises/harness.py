@@ -275,6 +275,7 @@ def with_own_input(comm, fn, inputs):
     """On each rank: the learner's fn(comm, x) on a copy of this rank's input."""
     return fn(comm, inputs[comm.rank].copy())
 
+
 def time_allreduce(cluster, fn, nbytes: int = 4 << 20, reps: int = 5) -> float:
     """Median seconds of `fn(comm, x)` over `reps` runs on every rank of `cluster` (x: `nbytes` of
     float32).
