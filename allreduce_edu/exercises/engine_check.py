@@ -5,7 +5,7 @@ from __future__ import annotations
 import cloudpickle
 import numpy as np
 
-from .harness import Spy, describe_result, encoded_input, failed_rank, result_problem
+from .harness import RankError, Spy, describe_result, encoded_input, result_problem
 
 
 class RingFailed(Exception):
@@ -55,11 +55,11 @@ def with_prefix(prefix: str, message: str) -> str:
     return prefix + (message[:1].upper() + message[1:] if prefix else message)
 
 
-def explain_failure(e: RingFailed, engine: str, ranks: str) -> str:
-    """One sentence on how your ring failed, with a hint."""
-    size, kind, text, used = e.args
+def explain_failure(failure: RankError, engine: str, ranks: str) -> str:
+    """One sentence on how your ring failed (a RingFailed on a rank), with a hint."""
+    size, kind, text, used = failure.error.args
     n = int(ranks.split()[0])
-    rank = failed_rank(e)
+    rank = failure.rank
     where = f"with {ranks} and x of {size:,} elements, rank {'?' if rank is None else rank}"
     if kind == "CollectiveTimeout":
         if "send" in used and "sendrecv" not in used and "gRPC" not in ranks:  # gRPC sends: eager

@@ -4,20 +4,24 @@ verdicts.
 Element i of rank r's input is i·2^27 + 8^r, so any sum of pieces of inputs tells which ranks it
 contains (the base-8 digits below 2^27) and which positions (the part above). A `Spy` communicator
 hands the learner's messages on and writes down what each one carried, so a checker can replay the
-traffic step by step. Lessons 02, 03, 07 and 09 build on these.
+traffic step by step. Lessons 02, 03, 07 and 09 build on these. `run_on_ranks` is the one runner
+of a learner's code on ranks: every checker calls it, and a failure comes back as a `RankError`
+that names its rank.
 """
 
 from __future__ import annotations
 
 import re
 import time
+from dataclasses import dataclass
+from types import SimpleNamespace
 
 import cloudpickle
 import numpy as np
 
 from ..comm.contract import Comm
 from ..comm.errors import CollectiveTimeout
-from ..runtime import ship
+from ..runtime import run_on_engine, ship
 from .feedback import failed
 
 # element i carries i·POSITION (times the number of ranks added into it) ...
@@ -177,10 +181,11 @@ def run_learner(cluster, fn, shape, allowed=("send", "recv", "sendrecv"), explai
     wrong.
     """
     blob = ship(fn, (), {})  # by value, as cluster.run ships notebook functions
-    try:
-        return cluster.run(run_on_rank, blob, tuple(shape), tuple(allowed)), None
-    except Exception as e:  # noqa: BLE001 - the learner's code: report, don't crash
-        return None, failed(explain_error(e, shape, explain(cluster.trace, e) if explain else None))
+    reports, failure = run_on_ranks(cluster, run_on_rank, blob, tuple(shape), tuple(allowed))
+    if failure is None:
+        return reports, None
+    hint = explain(cluster.trace, failure.error) if explain else None
+    return None, failed(explain_error(failure, shape, hint))
 
 
 def failed_rank(e: BaseException) -> int | None:
@@ -189,13 +194,16 @@ def failed_rank(e: BaseException) -> int | None:
     return rank if isinstance(rank, int) else None
 
 
-def explain_error(e: BaseException, shape, hint: str | None = None) -> str:
-    """One sentence on an exception from the learner's ranks, plus `hint` (or a generic one)."""
-    rank = f"rank {failed_rank(e)}" if failed_rank(e) is not None else "a rank"
+def explain_error(e, shape, hint: str | None = None) -> str:
+    """One sentence on what the learner's ranks raised (a RankError, or the exception itself),
+    plus `hint` (or a generic one)."""
+    failure = e if isinstance(e, RankError) else RankError(e, failed_rank(e))
+    e, rank = failure.error, failure.on
     text = str(e).split("\n")[0].strip()
-    if isinstance(e, CollectiveTimeout):
-        m = re.search(r"(rank \d+) waited past its deadline for (.+?) from (rank \d+)", text)
-        waited = f"{m[1]} waited for {m[2]} from {m[3]}" if m else text
+    if isinstance(e, CollectiveTimeout):  # the ranks from the attributes; the tag, for the reader
+        tag = re.search(r"deadline for ('[^']*'|\S+) from", text)
+        waited = (f"{rank} waited for {tag[1] if tag else 'a message'} from rank {e.ranks[0]}"
+                  if e.ranks and failure.rank is not None else text)
         return (f"with x of shape {tuple(shape)}, {waited}, and it never came. " + (hint or
                 "Does every recv have a matching send with the same tag, from the rank it names?"))
     if isinstance(e, AttributeError) and "not available" in text:
@@ -233,6 +241,39 @@ def result_problem(rank: int, description: dict, world_size: int, shape) -> str 
     return None if counts == (1,) * world_size else (
         f"rank {rank}'s result{'' if chunk is None else f' (chunk {chunk})'} holds the data of "
         f"{ranks_text(counts)}, but should hold every rank's exactly once.")
+
+
+# --- the one runner of a learner's code on ranks ----------------------------------------------
+@dataclass(frozen=True)
+class RankError:
+    """What the learner's code raised, and on which rank (None: unknown), from an attribute."""
+
+    error: BaseException
+    rank: int | None
+
+    @property
+    def on(self) -> str:
+        return "a rank" if self.rank is None else f"rank {self.rank}"
+
+
+def engine_ranks(engine: str, world_size: int, timeout: float, comm_timeout: float):
+    """`world_size` new `engine` processes (MPI, gloo) for run_on_ranks, started for each run."""
+    return SimpleNamespace(run=lambda fn, *args: run_on_engine(
+        fn, engine, world_size, *args, timeout=timeout, comm_timeout=comm_timeout))
+
+
+def run_on_ranks(ranks, fn, *args, **kwargs) -> tuple[list | None, RankError | None]:
+    """The one runner of a learner's code: fn(comm, ...) on every rank of `ranks` (a Cluster or
+    engine_ranks); (results by rank, None) or (None, the RankError)."""
+    try:
+        return ranks.run(fn, *args, **kwargs), None
+    except Exception as e:  # noqa: BLE001 - the learner's code: report, don't crash
+        return None, RankError(e, failed_rank(e))
+
+
+def with_own_input(comm, fn, inputs):
+    """On each rank: the learner's fn(comm, x) on a copy of this rank's input."""
+    return fn(comm, inputs[comm.rank].copy())
 
 
 def time_allreduce(cluster, fn, nbytes: int = 4 << 20, reps: int = 5) -> float:

@@ -6,6 +6,7 @@ import numpy as np
 
 from ..runtime import Cluster
 from .feedback import Feedback, failed, passed
+from .harness import run_on_ranks
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - the notebook's
 from .spec import Blank, Slip, number
 
@@ -61,6 +62,7 @@ def _welcome_inputs(d) -> np.ndarray:
 
 @exercise(
     "00.2", 'all-reduce with op="max"', kind="code", function="my_max", solution=MAX_SOLUTION,
+    library=(),
     explanation="Every rank gets [N − 1, 0]: the largest rank, and the largest of −rank "
                 "(rank 0's 0).",
     hints=("Every rank calls the same collective, and the op decides how the ranks' values "
@@ -78,10 +80,9 @@ check_max_allreduce(my_max)""")
 def check_max_allreduce(fn, world_size: int = 3) -> Feedback:
     """Exercise 00.2: `fn(comm)` must all-reduce [rank, -rank] with op="max" on real gRPC ranks."""
     with Cluster(world_size) as cluster:
-        try:
-            results = cluster.run(fn)
-        except Exception as e:  # noqa: BLE001 - the learner's code: report, don't crash
-            return failed(f"your function raised {type(e).__name__}: {e}")
+        results, failure = run_on_ranks(cluster, fn)
+    if failure:
+        return failed(f"your function raised {type(failure.error).__name__}: {failure.error}")
     expected = [world_size - 1, 0]
     total = sum(range(world_size))
     for rank, result in enumerate(results):

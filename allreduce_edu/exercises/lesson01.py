@@ -7,7 +7,7 @@ import numpy as np
 from ..comm.errors import CollectiveTimeout
 from ..runtime import Cluster
 from .feedback import Feedback, failed, passed
-from .harness import failed_rank
+from .harness import run_on_ranks
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - the notebook's
 from .spec import REQUIRED, Blank, Slip, choice, number
 
@@ -66,6 +66,7 @@ a laptop's typical α ≈ 0.5 ms and 1/β ≈ 1 GB/s that is 0.032 s of α besid
 
 @exercise(
     "01.2", "write a ping-pong", kind="code", function="echo_doubled", solution=ECHO_SOLUTION,
+    library=("bench.allreduce:latency",),
     explanation="Rank 1 returns what it received; the checker looks at rank 0's result, and at "
                 "the two messages in the trace.",
     hints=('Branch on comm.rank: rank 0 does one half, rank 1 the other. Rank 0 starts with '
@@ -82,12 +83,12 @@ check_echo(echo_doubled)""")
 def check_echo(fn) -> Feedback:
     """Exercise 01.2: rank 0 sends np.arange(5) to rank 1, which sends back twice it (gRPC)."""
     with Cluster(2, timeout=5) as cluster:
-        try:
-            results = cluster.run(fn)
-        except Exception as e:  # noqa: BLE001 - the learner's code: report, don't crash
+        results, failure = run_on_ranks(cluster, fn)
+        if failure:
+            e = failure.error
             hint = (" Do both ranks use the same tag for each message?"
                     if isinstance(e, CollectiveTimeout) else "")
-            rank = "" if failed_rank(e) is None else f" on rank {failed_rank(e)}"
+            rank = "" if failure.rank is None else f" on {failure.on}"
             return failed(f"your function raised {type(e).__name__}{rank}: {e}{hint}")
         tags = {(ev.src, ev.dst) for ev in cluster.trace.events}
     if (0, 1) not in tags:

@@ -31,6 +31,7 @@ NAIVE_SOLUTION = """def my_naive_allreduce(comm, x):
 
 @exercise(
     "02.1", "write reduce-to-root + broadcast", kind="code", function="my_naive_allreduce",
+    library=("collectives.naive:allreduce_naive",),
     solution=NAIVE_SOLUTION,
     explanation="""x.copy() matters: `total = x` would make total another name for the root's x, and
 += would write the others' data into the caller's array.""",

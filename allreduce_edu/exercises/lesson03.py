@@ -125,6 +125,8 @@ def _count(k: int, thing: str) -> str:
 
 @exercise(
     "03.1", "write the ring all-reduce", kind="code", function="my_ring_allreduce",
+    library=("collectives.ring:allreduce_ring", "collectives.ring:reduce_scatter_ring",
+             "collectives.ring:all_gather_ring"),
     solution=RING_SOLUTION,
     hints=('Cut a copy of x into N chunks: pieces = np.array_split(x.reshape(-1).copy(), n). '
            'Chunks may differ in length by one, and the copy keeps x unchanged.',
@@ -226,6 +228,7 @@ def ring_bytes_sent(count: int, world_size: int, rank: int = 0, itemsize: int = 
 
 @exercise(
     "03.3", "pipeline the ring in segments", kind="code", function="my_pipelined_ring",
+    library=(),
     solution=PIPELINED_SOLUTION,
     explanation="""Same bytes, twice the messages. On a GPU cluster segments let the reduction of \
 one overlap the transfer

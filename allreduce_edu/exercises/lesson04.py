@@ -9,8 +9,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..collectives import allreduce
+from ..comm.errors import CollectiveTimeout
 from ..runtime import Cluster
 from .feedback import Feedback, failed, passed
+from .harness import run_on_ranks, with_own_input
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 from .spec import Blank, Slip, choice, number
 
@@ -25,11 +27,6 @@ TREE_SOLUTION = """def my_tree_reduce(comm, x):
             acc += comm.recv(comm.rank + distance, "reduce")
         distance *= 2
     return acc                                       # only rank 0 gets here"""
-
-
-def _run_on_rank(comm, fn, inputs):
-    """Call the learner's fn(comm, x) with this rank's input."""
-    return fn(comm, inputs[comm.rank].copy())
 
 
 def _inputs(world_size: int, length: int) -> list[np.ndarray]:
@@ -54,7 +51,7 @@ def _why_failed(e: Exception) -> str:
     if "is not a rank of this world" in text:
         return (" A rank asked for a partner outside the world: receive from rank + 2^s only when "
                 "it is < world_size.")
-    if "deadline" in text or "Timeout" in type(e).__name__:
+    if isinstance(e, (CollectiveTimeout, TimeoutError)):
         return (" Some rank waited for a message that never came: each rank with bit s set sends "
                 "once to rank - 2^s and stops; the others receive from rank + 2^s (when it exists) "
                 "before moving on.")
@@ -63,6 +60,7 @@ def _why_failed(e: Exception) -> str:
 
 @exercise(
     "04.1", "write a binomial-tree reduce", kind="code", function="my_tree_reduce",
+    library=("collectives.tree:reduce_tree",),
     solution=TREE_SOLUTION,
     hints=('Keep a running partial sum, acc = x.copy(), and walk the bits of your rank, one per '
            'step: distance = 1, 2, 4, … while distance < comm.world_size.',
@@ -83,9 +81,9 @@ def check_tree_reduce(fn, worlds=((3, 7), (4, 1), (5, 100_003))) -> Feedback:
         inputs = _inputs(world_size, length)
         nbytes = inputs[0].nbytes
         with Cluster(world_size, timeout=5) as cluster:
-            try:
-                results = cluster.run(_run_on_rank, fn, inputs)
-            except Exception as e:  # noqa: BLE001 - the learner's code: report, don't crash
+            results, failure = run_on_ranks(cluster, with_own_input, fn, inputs)
+            if failure:
+                e = failure.error
                 return failed(f"on {world_size} ranks your function raised {type(e).__name__}: {e}."
                               f"{_why_failed(e)}")
             events = list(cluster.trace.events)

@@ -131,6 +131,8 @@ def _check_formulas(my_time) -> Feedback | None:
 
 @exercise(
     "05.1", "write the model's formulas, choose by them", kind="code", function="choose",
+    library=("costmodel:naive", "costmodel:ring", "costmodel:tree",
+             "costmodel:recursive_doubling", "costmodel:rabenseifner", "tuner:tune"),
     solution=CHOOSE_SOLUTION,
     hints=('Translate the table row by row: a time is steps·α + bytes along the way·β, with '
            'N = world_size and S = nbytes (γ left out). The checker tells you which term of which '

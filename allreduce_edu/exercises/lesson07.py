@@ -15,7 +15,7 @@ from ..collectives.ring import all_gather_ring, reduce_scatter_ring
 from ..runtime import Cluster, ship
 from .feedback import Feedback, failed, passed
 from .fused_traffic import fused_explain, fused_on_rank, fused_problem
-from .harness import explain_error
+from .harness import explain_error, run_on_ranks
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 from .spec import Blank, Slip, choice, number
 
@@ -32,6 +32,7 @@ FUSED_SOLUTION = """def my_fused(comm, x):
 
 @exercise(
     "07.1", "fuse LayerNorm into the ring all-reduce", kind="code", function="my_fused",
+    library=("fused:_fused",),
     solution=FUSED_SOLUTION,
     needs={"kernels": kernels, "reduce_scatter_ring": reduce_scatter_ring,
            "all_gather_ring": all_gather_ring},
@@ -65,10 +66,10 @@ def check_fused(fn, world_sizes=(3, 4), shapes=((10, 16), (2, 8), (13, 24)), tim
     for n in world_sizes:
         with Cluster(n, transport, timeout=timeout) as cluster:
             for shape in shapes:
-                try:
-                    reports = cluster.run(fused_on_rank, blob, tuple(shape))
-                except Exception as e:  # noqa: BLE001 - the learner's code: report, don't crash
-                    return failed(f"{n} ranks: " + explain_error(e, shape, fused_explain(e)))
+                reports, failure = run_on_ranks(cluster, fused_on_rank, blob, tuple(shape))
+                if failure:
+                    hint = fused_explain(failure.error)
+                    return failed(f"{n} ranks: " + explain_error(failure, shape, hint))
                 sent = cluster.trace.bytes_sent()
                 problem = fused_problem(reports, n, tuple(shape), sent)
                 if problem:

@@ -18,6 +18,7 @@ from ..training import (
     train_single,
 )
 from .feedback import Feedback, failed, passed
+from .harness import run_on_ranks
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 from .spec import Blank, Slip, choice, number
 
@@ -94,6 +95,8 @@ def _raised_hint(e: BaseException) -> str:
 
 @exercise(
     "08.1", "average the gradients over the ranks", kind="code",
+    library=("training:bucket_layout", "training:bucket", "training:unbucket",
+             "training:allreduce_gradients"),
     function="average_gradients", solution=AVERAGE_SOLUTION,
     explanation="Walk the tensors in order, open a bucket when the next would overflow the cap; "
                 "one all-reduce per bucket, divided by world_size, cut back into shapes.",
@@ -114,10 +117,9 @@ def check_average_gradients(fn) -> Feedback:
     X, y = make_dataset(n=96, features=_SIZES[0], classes=_SIZES[-1], seed=1)
     params = MLP(_SIZES, seed=1).params
     with Cluster(_WORLD, timeout=5) as cluster:
-        try:
-            results = cluster.run(_train_with, fn, params, X, y, _STEPS, _LR, _BATCH)
-        except Exception as e:  # noqa: BLE001 - the learner's code: report, don't crash
-            text = str(e).split("\n")[0][:300].rstrip(".")
+        results, failure = run_on_ranks(cluster, _train_with, fn, params, X, y, _STEPS, _LR, _BATCH)
+        if failure:
+            e, text = failure.error, str(failure.error).split("\n")[0][:300].rstrip(".")
             return failed(f"your function raised {type(e).__name__}: {text}"
                           f"{'' if text.endswith('?') else '.'}{_raised_hint(e)}")
         sends = cluster.trace.messages_sent().get(0, 0)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from ..comm.links import Links
 from ..costmodel import predict, predict_on_links
-from ..runtime import Cluster, missing, run_on_engine, ship
+from ..runtime import Cluster, missing, ship
 from .engine_check import RingFailed, explain_failure, first_problem, ring_on_rank, with_prefix
 from .feedback import Feedback, failed, passed
+from .harness import engine_ranks, run_on_ranks
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 from .spec import Blank, Slip, choice, names, number
 from .torch_names import TORCH_NAMES, names_cell, torch_name
@@ -41,6 +42,8 @@ NEEDS = {"gloo": "needs torch: pip install -e '.[torch]'",
 
 @exercise(
     "09.1", "make the blog's ring run everywhere", kind="code", function="fixed_ring",
+    library=("collectives.ring:allreduce_ring", "collectives.ring:reduce_scatter_ring",
+             "collectives.ring:all_gather_ring"),
     solution=FIXED_SOLUTION,
     explanation="""Three fixes: np.array_split instead of reshape(n, -1) (10 elements do not divide
 by 3); a copy, since reshape and array_split return views and += would write into x; sendrecv
@@ -71,16 +74,16 @@ def check_ring_on_engine(fn, engine: str = "gloo", world_sizes=(3, 5), sizes=(10
               f"sum as the oracle. " if why else "")
     used: set[str] = set()
     for n in world_sizes:
-        try:
-            if why:
-                with Cluster(n, timeout=comm_timeout) as cluster:
-                    per_rank = cluster.run(ring_on_rank, blob, list(sizes))
-            else:
-                per_rank = run_on_engine(ring_on_rank, engine, n, blob, list(sizes),
-                                         timeout=timeout, comm_timeout=comm_timeout)
-        except RingFailed as e:
-            return failed(with_prefix(prefix, explain_failure(e, engine, f"{n} {ranks}")))
-        except Exception as e:  # noqa: BLE001 - the engine itself failed: say so, don't crash
+        if why:
+            with Cluster(n, timeout=comm_timeout) as cluster:
+                per_rank, failure = run_on_ranks(cluster, ring_on_rank, blob, list(sizes))
+        else:
+            per_rank, failure = run_on_ranks(engine_ranks(engine, n, timeout, comm_timeout),
+                                             ring_on_rank, blob, list(sizes))
+        if failure and isinstance(failure.error, RingFailed):
+            return failed(with_prefix(prefix, explain_failure(failure, engine, f"{n} {ranks}")))
+        if failure:  # the engine itself failed: say so, don't crash
+            e = failure.error
             return failed(with_prefix(prefix, f"with {n} {ranks} the run failed: "
                                               f"{type(e).__name__}: {str(e)[:500]}"))
         oracle = engine if not why else "NumPy's sum"

@@ -13,7 +13,7 @@ from ..collectives import all_gather, reduce_scatter
 from ..runtime import Cluster, ship
 from ..sharded.adam import adam
 from .feedback import Feedback, failed, passed
-from .harness import failed_rank
+from .harness import RankError, run_on_ranks
 from .lesson11_questions import check_zero2_bytes, check_zero3_traffic  # noqa: F401
 from .registry import exercise, hint, solution  # noqa: F401 - notebook
 
@@ -76,13 +76,13 @@ TIPS = (  # (words in "ErrorType: message", what usually causes it)
 )
 
 
-def _raised(e: BaseException) -> str:
+def _raised(failure: RankError) -> str:
     """One sentence on an exception from the learner's ranks, with what usually causes it."""
-    rank = failed_rank(e)
+    e = failure.error
     kind, text = type(e).__name__, str(e).split("\n")[0].strip()[:300]
     tip = next((tip for words, tip in TIPS if any(w in f"{kind}: {text}" for w in words)),
                "run it on Cluster(4, \"local\") with small float32 arrays to read the traceback.")
-    return (f"your my_zero1_step raised {kind} on {'a rank' if rank is None else f'rank {rank}'}: "
+    return (f"your my_zero1_step raised {kind} on {failure.on}: "
             f"{text} — {tip}")
 
 
@@ -146,6 +146,7 @@ def _traffic_problem(sent: dict, length: int, n: int, rank: int, step: int) -> s
 
 @exercise(
     "11.1", "write ZeRO-1's step", kind="code", function="my_zero1_step",
+    library=("sharded.zero:Rank.train_step",),
     solution=ZERO1_SOLUTION,
     needs={"reduce_scatter": reduce_scatter, "all_gather": all_gather, "adam": adam},
     explanation="""Data parallel's all-reduce cut in its two halves, Adam in between: the same
@@ -174,10 +175,9 @@ def check_zero1_step(fn, world_size: int = 4, length: int = 80, steps: int = 3, 
     grads = (0.1 * rng.standard_normal((steps, n, length))).astype(np.float32)
     blob = ship(fn, (), {})
     with Cluster(n, transport, timeout=timeout) as cluster:
-        try:
-            reports = cluster.run(_zero1_on_rank, blob, start, grads, lr)
-        except Exception as e:  # noqa: BLE001 - the learner's code: report, don't crash
-            return failed(_raised(e))
+        reports, failure = run_on_ranks(cluster, _zero1_on_rank, blob, start, grads, lr)
+        if failure:
+            return failed(_raised(failure))
     states = _reference(start, grads, lr)
     for step in range(1, steps + 1):
         for rank, report in enumerate(reports):

@@ -133,6 +133,7 @@ def _sizes(layer_bytes) -> set[int]:
 
 @exercise(
     "12.1", "choose the bucket size by the model", kind="code", function="choose_bucket",
+    library=(),
     solution=CHOOSE_SOLUTION, needs={"predict_exposed": predict_exposed},
     hints=('No rule of thumb needed: predict_exposed(backward_seconds, layer_bytes, bucket_bytes, '
            'world_size, alpha, beta) prices any bucket size. Try several and keep the one that '

@@ -15,7 +15,7 @@ from ..collectives import allreduce
 from ..pytorch import NEEDS_TORCH, have_torch
 from ..runtime import Cluster
 from .feedback import Feedback, failed, passed
-from .harness import failed_rank
+from .harness import run_on_ranks
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 
 NORM_PARAMETERS = ("layernorm.weight", "layernorm.bias")
@@ -118,6 +118,7 @@ HOOK_SOLUTION = """def my_ddp_hook(state, bucket):
 
 @exercise(
     "13.1", "write the DDP communication hook", kind="code", function="my_ddp_hook",
+    library=("pytorch.hook:allreduce_hook",),
     solution=HOOK_SOLUTION,
     explanation="""DDP hands the hook one bucket: this rank's gradients of a few layers, flat. The
 hook sends them through the ring (the sum over the ranks), divides by N (each rank's gradient is
@@ -156,14 +157,13 @@ def check_ddp_hook(my_ddp_hook, ring=None, world_size: int = 3, steps: int = 3,
 
     ring = reference("03.1") if ring is None else ring
     args = (rendezvous(), my_ddp_hook, ring, steps, deadline)
-    try:
-        if cluster is None:
-            with Cluster(world_size) as ranks:
-                per_rank = ranks.run(train_with_hook, *args)
-        else:
-            per_rank = cluster.run(train_with_hook, *args)
-    except Exception as e:  # noqa: BLE001 - the learner's hook ran on the ranks: report it
-        on = "a rank" if failed_rank(e) is None else f"rank {failed_rank(e)}"
+    if cluster is None:
+        with Cluster(world_size) as ranks:
+            per_rank, failure = run_on_ranks(ranks, train_with_hook, *args)
+    else:
+        per_rank, failure = run_on_ranks(cluster, train_with_hook, *args)
+    if failure:  # the learner's hook ran on the ranks: report it
+        e, on = failure.error, failure.on
         text = str(e).strip().splitlines()[0].removeprefix(f"{on}: ")
         return failed(f"my_ddp_hook failed on {on}: {type(e).__name__}: {text} "
                       f"(hint(\"13.1\")).")
@@ -184,6 +184,7 @@ SYNC_SOLUTION = """def my_sync_norm_grads(comm, grad_weight, grad_bias):
 
 @exercise(
     "13.2", "keep the norm's weights in step", kind="code", function="my_sync_norm_grads",
+    library=("pytorch.tensor_parallel:sync_norm_grads",),
     solution=SYNC_SOLUTION, needs={"allreduce": allreduce},
     explanation="""Every rank normalises only its own rows, so its gradient of the norm's weight and
 bias sums over those rows alone. The batch's gradient is the sum over all rows: one all-reduce
@@ -211,14 +212,16 @@ def check_norm_grad_sync(my_sync_norm_grads, world_size: int = 3, steps: int = 4
     from ..pytorch.tensor_parallel import full_parameters
     from ..pytorch.tp_train import train_in_one_process, train_on_rank
 
-    try:
-        if cluster is None:
-            with Cluster(world_size) as ranks:
-                history = ranks.run(train_on_rank, steps, lr, sync=my_sync_norm_grads)
-        else:
-            history = cluster.run(train_on_rank, steps, lr, sync=my_sync_norm_grads)
-            world_size = cluster.world_size
-    except Exception as e:  # noqa: BLE001 - the learner's code ran on the ranks: report it
+    if cluster is None:
+        with Cluster(world_size) as ranks:
+            history, failure = run_on_ranks(ranks, train_on_rank, steps, lr,
+                                            sync=my_sync_norm_grads)
+    else:
+        history, failure = run_on_ranks(cluster, train_on_rank, steps, lr,
+                                        sync=my_sync_norm_grads)
+        world_size = cluster.world_size
+    if failure:  # the learner's code ran on the ranks: report it
+        e = failure.error
         return failed(f"my_sync_norm_grads raised {type(e).__name__} on the ranks: "
                       f"{str(e).splitlines()[0]}. It gets two float64 arrays of shape (hidden,) "
                       f"and returns two of the same shape.")

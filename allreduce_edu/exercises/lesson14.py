@@ -224,6 +224,7 @@ tree_sum = cuda.jit(device=True)(tree_sum)   # a device function: kernels can ca
 
 @exercise(
     "14.1", "write the block's tree reduction", kind="code", function="tree_sum",
+    library=("gpu.block:block_sum",),
     solution=TREE_SOLUTION, needs={"cuda": cuda},
     hints=("Start from the sequential picture: at each step, which threads are active, and whose "
            "partial does each of them add? Write one step, then repeat it with the stride halved.",

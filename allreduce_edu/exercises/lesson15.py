@@ -56,8 +56,8 @@ def _call(fn, case: Case):
 
 
 @exercise(
-    "15.1", "write the quorum rule", kind="code", function="my_quorum",
-    solution=QUORUM_SOLUTION, needs={"alive": alive, "Quorum": Quorum},
+    "15.1", "write the quorum rule", kind="code", function="my_quorum", solution=QUORUM_SOLUTION,
+    needs={"alive": alive, "Quorum": Quorum}, library=("elastic.quorum:quorum",),
     explanation="""torchft's Lighthouse applies the same rule (src/lighthouse.rs,
 quorum_compute): the healthy replicas that asked, at least min_replicas and more than half of
 those heartbeating; the same members keep the quorum id (a fast quorum).""",
@@ -137,7 +137,7 @@ def _grads(steps) -> dict[int, np.ndarray]:
 
 @exercise(
     "15.2", "decide the heal", kind="code", function="my_heal",
-    solution=HEAL_SOLUTION,
+    solution=HEAL_SOLUTION, library=("elastic.quorum:heal_plan",),
     explanation="""torchft's Manager does the same: the quorum names a recovery source for
 each replica behind max_step (assigned in turn), the healing replica loads that state and
 all-reduces zeros, and the sum is divided by num_participants.""",

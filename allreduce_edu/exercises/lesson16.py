@@ -173,6 +173,7 @@ def port_bytes(first: Tree, second: Tree, nbytes: int) -> list[int]:
 
 @exercise(
     "16.1", "build tree 2 from tree 1", kind="code", function="my_tree2",
+    library=("collectives.double_binary_tree:mirror_tree",),
     solution=TREE2_SOLUTION, needs={"btree": btree},
     hints=("Draw tree 1 for 8 ranks (the cell above did): its interior ranks are the even ones, "
            "its leaves the odd ones. Tree 2 must use the leaves as its interior ranks.",

@@ -128,6 +128,7 @@ class _Spy:
 
 @exercise(
     "17.1", "write the error-feedback step", kind="code", function="my_error_feedback_step",
+    library=("compress.feedback:error_feedback_step",),
     solution=EF_SOLUTION,
     hints=("Write down what must hold after every step: each gradient so far is either sent "
            "already or still waiting in the residual. What must compress be given so that "

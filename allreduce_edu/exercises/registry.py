@@ -51,6 +51,9 @@ class Exercise:
     check: object = None  # the decorated checker
     last: tuple | None = None  # (answer, Feedback) of the last check
     spec: object = None  # choice/number/names: what spec.py generated (cells, question, options)
+    # code exercises: the library's own versions of what the learner writes ("module:qualname"
+    # under allreduce_edu), which the lesson shows only after the exercise cell
+    library: tuple[str, ...] | None = None
 
     @property
     def lesson(self) -> str:
@@ -63,9 +66,10 @@ _hints_given: dict[str, int] = {}
 
 def exercise(id: str, title: str, *, kind: str, hints=(), solution: str, key: str,
              explanation: str = "", function: str = "", needs: dict | None = None,
-             answers: tuple[str, ...] | None = None, todo: str = ""):
+             answers: tuple[str, ...] | None = None, todo: str = "",
+             library: tuple[str, ...] | None = None):
     """Register the decorated checker as exercise `id`; `answers` names its parameters that hold the
-    answer (default: the first one)."""
+    answer (default: the first one), `library` the library's versions of a code exercise."""
     if kind not in KINDS:
         raise ValueError(f"exercise {id}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
     if kind == "code" and not function:
@@ -77,6 +81,7 @@ def exercise(id: str, title: str, *, kind: str, hints=(), solution: str, key: st
         ex = Exercise(id, title, kind, tuple(hints), solution.strip("\n"), key.strip("\n"),
                       explanation.strip(), function, dict(needs or {}),
                       todo or _default_todo(kind, function, names))
+        ex.library = None if library is None else tuple(library)
 
         def verdict(*args, **kwargs) -> tuple[list, Feedback]:
             bound = signature.bind_partial(*args, **kwargs)
@@ -86,7 +91,7 @@ def exercise(id: str, title: str, *, kind: str, hints=(), solution: str, key: st
             try:
                 return values, check(*args, **kwargs)
             except Exception as e:  # noqa: BLE001 - feedback, not a traceback; the learner's own
-                # errors are caught inside the checkers (harness.run_learner), so this is the check
+                # errors are caught inside the checkers (harness.run_on_ranks), so this is the check
                 why = f"{type(e).__name__}: {e}"
                 message = (f"the check itself could not finish ({why}). If your answer has the "
                            f"type the exercise asks for, run the cell again; this try is not "

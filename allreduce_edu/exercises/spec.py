@@ -199,7 +199,8 @@ def number(id: str, title: str, *, module: str, checker: str, question: str | No
         return passed(success(d) if callable(success) else success)
 
     return _register(id, title, "number", cell, check, signature, hints, solution,
-                     todo or _todo(blanks, unit), tuple(names), _markdown(id, verb, question))
+                     todo or _todo(blanks, unit), tuple(names), _markdown(id, verb, question),
+                     answer=answer, inputs=inputs, unit=unit, exact=exact)
 
 
 def _show(value) -> str:
