@@ -7,6 +7,9 @@ import inspect
 from dataclasses import dataclass
 
 
+FOLD_LINES = 20  # listings longer than this show folded (STYLE: internals linked or folded)
+
+
 @dataclass(frozen=True)
 class Source:
     """Source code that shows highlighted in a notebook and as plain text elsewhere."""
@@ -24,7 +27,12 @@ class Source:
 
         body = highlight(self.code, PythonLexer(),
                          HtmlFormatter(noclasses=True, style="default", nobackground=True))
-        return f'<div style="font-size:90%"><small><code>{self.where}</code></small>{body}</div>'
+        where = f"<small><code>{self.where}</code></small>"
+        lines = self.code.count("\n") + 1
+        if lines > FOLD_LINES:  # a long listing is folded: the lesson's text stays in view
+            return (f'<details style="font-size:90%"><summary>{where} ({lines} lines: click to '
+                    f"show)</summary>{body}</details>")
+        return f'<div style="font-size:90%">{where}{body}</div>'
 
 
 def show_source(obj) -> Source:

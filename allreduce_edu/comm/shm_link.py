@@ -85,9 +85,10 @@ class ShmLink:
         if outbox is not None and outbox.link is self and not outbox.sent:
             segment, outbox.sent = outbox.segment, True  # filled in place: nothing to copy
         else:
+            segment = None
             if nbytes > INLINE_BYTES:
                 self.drain()  # the peer's releases: free segments before a new one is made
-            segment = self.pool.acquire(nbytes) if nbytes > INLINE_BYTES else None
+                segment = self.pool.acquire(nbytes)
             self.copied += nbytes
             if segment is None:
                 with self._lock:

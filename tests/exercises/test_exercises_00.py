@@ -103,3 +103,12 @@ def test_show_source_shows_the_library_code():
     source = show_source(allreduce_edu.collectives.ring.reduce_scatter_ring)
     assert repr(source).startswith("# allreduce_edu/collectives/ring.py\n")
     assert "def reduce_scatter_ring" in repr(source) and "<span" in source._repr_html_()
+
+
+def test_a_long_listing_shows_folded_a_short_one_open():
+    from allreduce_edu.notebook import FOLD_LINES
+    long = show_source(allreduce_edu.collectives.ring.reduce_scatter_ring)
+    assert long.code.count("\n") + 1 > FOLD_LINES
+    assert long._repr_html_().startswith("<details") and "lines: click to show" in long._repr_html_()
+    short = show_source(allreduce_edu.collectives.registry.reduce_into)
+    assert short.code.count("\n") + 1 <= FOLD_LINES and "<details" not in short._repr_html_()
