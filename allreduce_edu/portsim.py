@@ -10,7 +10,8 @@ A program is each rank's operations in the order it issues them:
 
 Every key is sent once and received once. Ports are booked first come, first served in time order,
 as comm.links.Ports books them; a message's time on each port and its arrival follow its Link
-(store and forward: α + n·β on both ports; in flight: n·β on each, arriving α later).
+(store and forward: α + n·β on both ports at once; in flight: n·β on each, the receiver's from α
+later or when it is free, whichever is later).
 """
 
 from __future__ import annotations
@@ -34,12 +35,8 @@ def run(programs, link_of: Callable, gamma: float = 0.0) -> float:
         op = programs[r][done[r]]
         if op[0] == "send":
             _, dst, key, nbytes = op
-            link = link_of(r, dst)
-            hold = link.port_seconds(nbytes)
-            latency = link.alpha if link.in_flight else 0.0
-            start = _start(t, egress[r], ingress, dst, link)
-            egress[r] = start + hold
-            ingress[dst] = arrived[key] = start + hold + latency
+            egress[r], ingress[dst] = _book(t, egress[r], ingress[dst], link_of(r, dst), nbytes)
+            arrived[key] = ingress[dst]
             if key in parked:
                 waiter = parked.pop(key)
                 heapq.heappush(ready, (max(clock[waiter], arrived[key]), waiter))
@@ -85,16 +82,12 @@ def greedy(ranks: int, messages: dict, needs: dict, link_of: Callable) -> list[l
         if not ready:
             continue  # idle until the next arrival wakes it
 
-        starts = {k: _start(t, egress[r], ingress, messages[k][1], link_of(r, messages[k][1]))
-                  for k in ready}
-        key = min(ready, key=starts.get)  # the first that can start; ties: in key order
-        start = starts[key]
+        booked = {k: _book(t, egress[r], ingress[messages[k][1]], link_of(r, messages[k][1]),
+                           messages[k][2]) for k in ready}
+        key = min(ready, key=lambda k: booked[k][::-1])  # the first to arrive; ties: key order
         todo[r].remove(key)
         _, dst, nbytes, _ = messages[key]
-        link = link_of(r, dst)
-        latency = link.alpha if link.in_flight else 0.0
-        egress[r] = clock[r] = start + link.port_seconds(nbytes)
-        ingress[dst] = arrival = egress[r] + latency
+        egress[r], ingress[dst] = clock[r], arrival = booked[key]
         programs[r].append(("send", dst, key, nbytes))
         heapq.heappush(inbox[dst], (arrival, key))
         heapq.heappush(events, (arrival, dst))
@@ -104,7 +97,13 @@ def greedy(ranks: int, messages: dict, needs: dict, link_of: Callable) -> list[l
     return programs
 
 
-def _start(now: float, egress: float, ingress: list, dst: int, link) -> float:
-    """The first moment a message to `dst` finds both ports free (in flight: the receiver's port
-    is needed α later)."""
-    return max(now, egress, ingress[dst] - (link.alpha if link.in_flight else 0.0))
+def _book(now: float, egress: float, ingress: float, link, nbytes) -> tuple[float, float]:
+    """(when the sender's port is free again, when the message has arrived), as comm.links.Ports
+    books them: store and forward holds both ports at once; in flight the sender's port sends
+    at once and the receiver's takes the bytes in when they arrive and it is free."""
+    hold = link.port_seconds(nbytes)
+    if not link.in_flight:
+        start = max(now, egress, ingress)
+        return start + hold, start + hold
+    start = max(now, egress)
+    return start + hold, max(start + link.alpha, ingress) + hold

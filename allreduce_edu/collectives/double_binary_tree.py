@@ -28,9 +28,10 @@ from .registry import allreduce_algorithm, check_op, reduce_into
 # PIPELINE_BYTES = α / β, the bytes a link moves in one α (the course's testbed: 10 ms · 100 MB/s)
 PIPELINE_BYTES = 1_000_000
 MAX_CHUNKS = 64  # per tree
-# on in-flight links a chunk pays α once per hop whatever the number in flight: small chunks
-# shorten the fill and drain, down to what a rank's own cost per message allows
-FLIGHT_CHUNK = 512 << 10
+# in flight, α no longer grows with K; what does is each rank's own cost per message (its
+# transport's copies and wake-ups, about 1 ms on 8 ranks sharing 2 cores): K = sqrt(S /
+# FLIGHT_BYTES), FLIGHT_BYTES the bytes a link moves in that time (100 MB/s · 1.3 ms)
+FLIGHT_BYTES = 128 << 10
 
 
 def btree(world_size: int, rank: int) -> tuple[int, list[int]]:
@@ -126,10 +127,11 @@ def trees(world_size: int) -> tuple[Tree, Tree]:
 
 def pipeline_chunks(nbytes: int, link: Link | None = None) -> int:
     """K, the chunks each tree cuts its half into, 1 to MAX_CHUNKS: sqrt(nbytes / PIPELINE_BYTES)
-    where every message pays α on its ports; on in-flight links, where α overlaps, chunks of
-    FLIGHT_CHUNK bytes (pass chunks= to double_binary_tree to choose)."""
+    where every message pays α on its ports; on in-flight links, where α overlaps and each
+    message costs its rank's own time instead, sqrt(nbytes / FLIGHT_BYTES) (pass chunks= to
+    double_binary_tree to choose)."""
     if link is not None and link.in_flight:
-        return max(1, min(MAX_CHUNKS, round(nbytes / (2 * FLIGHT_CHUNK))))
+        return max(1, min(MAX_CHUNKS, round(math.sqrt(nbytes / FLIGHT_BYTES))))
     return max(1, min(MAX_CHUNKS, round(math.sqrt(nbytes / PIPELINE_BYTES))))
 
 

@@ -18,8 +18,8 @@ The model, as the α-β formulas assume it:
   1 ns timer slack, Linux wakes it within tens of µs);
 - in flight (`Links.flat(..., in_flight=True)`, lessons/16): α is the wire's latency, not port
   time: a message holds its sender's port for bytes·β, reaches the receiver's port α later and
-  holds it for bytes·β, so a port starts its next message while earlier ones are still on the
-  wire (as a NIC does; LogP's L). A chain of dependent messages still pays α per hop; many
+  holds it for bytes·β (once it is free: the network buffers it meanwhile), so a port starts its
+  next message while earlier ones are still on the wire (as a NIC does; LogP's L). A chain of dependent messages still pays α per hop; many
   messages in flight pay it once. The sender is free after bytes·β; the message is posted when
   it arrives (comm.courier);
 - two levels (`Links.two_level`): ranks of one node talk over `intra` links, ranks of different
@@ -79,14 +79,23 @@ class Ports:
         self._free = ctx.RawArray("d", 2 * world_size)  # [2r]: r's egress, [2r + 1]: r's ingress
         self._lock = ctx.Lock()
 
-    def book(self, src: int, dst: int, seconds: float, latency: float = 0.0) -> tuple[float, float]:
-        """Book src's egress for `seconds` and dst's ingress for the same `seconds`, `latency`
-        later, from the first moment both are free; returns the time.monotonic() at which src's
-        port is free again and the one at which the message has arrived."""
+    def book(self, src: int, dst: int, seconds: float,
+             latency: float | None = None) -> tuple[float, float]:
+        """Book src's egress and dst's ingress for `seconds` each; returns the time.monotonic()
+        at which src's port is free again and the one at which the message has arrived.
+        Store and forward (latency None): both ports at once, from the first moment both are
+        free. In flight: src's port at once; dst's when the bytes get there, `latency` later,
+        or when it is free, whichever is later (the network holds them meanwhile, as a switch's
+        buffers do)."""
         with self._lock:
-            start = max(time.monotonic(), self._free[2 * src], self._free[2 * dst + 1] - latency)
-            self._free[2 * src] = free = start + seconds
-            self._free[2 * dst + 1] = arrived = free + latency
+            egress, ingress = self._free[2 * src], self._free[2 * dst + 1]
+            if latency is None:
+                start = max(time.monotonic(), egress, ingress)
+                free = arrived = start + seconds
+            else:
+                start = max(time.monotonic(), egress)
+                free, arrived = start + seconds, max(start + latency, ingress) + seconds
+            self._free[2 * src], self._free[2 * dst + 1] = free, arrived
         return free, arrived
 
     def __repr__(self) -> str:
@@ -210,12 +219,12 @@ class Links:
         link = self.link(src, dst)
         if link is None or link.seconds(nbytes) <= 0:
             return None
-        latency = link.alpha if link.in_flight else 0.0
         if self.ports is None:
             now = time.monotonic()
             free, arrived = now + link.port_seconds(nbytes), now + link.seconds(nbytes)
         else:
-            free, arrived = self.ports.book(src, dst, link.port_seconds(nbytes), latency)
+            free, arrived = self.ports.book(src, dst, link.port_seconds(nbytes),
+                                            link.alpha if link.in_flight else None)
         sleep_until(free)
         return arrived if link.in_flight else None
 
