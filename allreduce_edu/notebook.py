@@ -6,7 +6,6 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 
-
 FOLD_LINES = 20  # listings longer than this show folded (STYLE: internals linked or folded)
 
 

@@ -19,9 +19,9 @@ The model, as the α-β formulas assume it:
 - in flight (`Links.flat(..., in_flight=True)`, lessons/16): α is the wire's latency, not port
   time: a message holds its sender's port for bytes·β, reaches the receiver's port α later and
   holds it for bytes·β (once it is free: the network buffers it meanwhile), so a port starts its
-  next message while earlier ones are still on the wire (as a NIC does; LogP's L). A chain of dependent messages still pays α per hop; many
-  messages in flight pay it once. The sender is free after bytes·β; the message is posted when
-  it arrives (comm.courier);
+  next message while earlier ones are still on the wire (as a NIC does; LogP's L). A chain of
+  dependent messages still pays α per hop; many messages in flight pay it once. The sender is
+  free after bytes·β; the message is posted when it arrives (comm.courier);
 - two levels (`Links.two_level`): ranks of one node talk over `intra` links, ranks of different
   nodes over `inter` links (one NIC per rank, as in rail-optimised clusters);
 - the transport's own cost (copies, gRPC) comes on top: make emulated links much slower than it.

@@ -62,9 +62,8 @@ class ShmLink:
     # --- sending -------------------------------------------------------------------------------
     def send(self, msg: Message, chunk) -> Request:
         """Post `msg` (eager: the data is in the segment when this returns)."""
-        request = Request(self.comm, self.peer, msg.tag, msg.array.nbytes, msg.step, chunk)
         self.post(msg)
-        return request
+        return Request(self.comm, self.peer, msg.tag, msg.array.nbytes, msg.step, chunk)
 
     def send_buffer(self, shape, dtype) -> np.ndarray:
         """An array in this link's segments, sent uncopied (small ones, or a full pool: plain)."""
@@ -85,9 +84,9 @@ class ShmLink:
         if outbox is not None and outbox.link is self and not outbox.sent:
             segment, outbox.sent = outbox.segment, True  # filled in place: nothing to copy
         else:
-            segment = None
-            if nbytes > INLINE_BYTES:
-                self.drain()  # the peer's releases: free segments before a new one is made
+            segment = None  # small: it travels in the frame
+            if nbytes > INLINE_BYTES:  # the peer's releases first: free segments, not a new one
+                self.drain()
                 segment = self.pool.acquire(nbytes)
             self.copied += nbytes
             if segment is None:
