@@ -160,6 +160,12 @@ def test_tests_never_write_to_the_users_data_directory():
 
 
 @pytest.mark.parametrize("lesson", sorted(LESSONS))
+def test_a_lesson_holds_at_most_forty_cells(lesson):
+    """One idea per cell, about forty cells a lesson at most (LESSONS.md): a longer one is split."""
+    assert len(LESSONS[lesson]["cells"]) <= 40, f"lesson {lesson}: {len(LESSONS[lesson]['cells'])} cells"
+
+
+@pytest.mark.parametrize("lesson", sorted(LESSONS))
 def test_pictures_fit_a_jupyterlab_column(lesson):
     """ASCII pictures stay within 90 columns: a 1280 px JupyterLab window with the file browser open."""
     for i, cell in enumerate(LESSONS[lesson]["cells"]):
