@@ -9,6 +9,7 @@ measures it); `check_transport_names` with NCCL's and Open MPI's names for the s
 from __future__ import annotations
 
 from ..costmodel import crossover
+from ..trace import format_bytes
 from .registry import exercise, hint, solution  # noqa: F401 - notebook
 from .spec import REQUIRED, Blank, Slip, names, number
 
@@ -51,10 +52,10 @@ check_crossover_shift = number(
 fixed multiple of α/β. From gRPC to shared memory it moves by
     (α_shm / β_shm) / (α_grpc / β_grpc)
 which is crossover("tree", "ring", 4, *fits["shm"]) / crossover("tree", "ring", 4, *fits["grpc"]).
-α/β is the size at which a message spends as long starting as moving its bytes. Shared memory
-shrinks β far more than α (this lesson's fits: α about 1.7× smaller, β about 20× smaller), so
-α/β grows, and the crossover with it: on shared memory the tree's fewer steps win up to larger
-sizes.""")
+α/β is the size at which a message spends as long starting as moving its bytes. Compare your
+two fits: where shared memory shrinks β by a larger factor than α (its 1/β rose more than its α
+fell), α/β grows and the crossover with it, so the tree's fewer steps win up to larger sizes;
+where α fell more, the crossover moves down.""")
 
 
 def _shift(fits) -> float:
@@ -79,6 +80,19 @@ def _shift_success(fits) -> str:
     return (f"×{want:.3g}, {way}. The crossover is 0.8·α/β on 4 ranks, so it moves with α/β, from "
             f"{crossover('tree', 'ring', 4, ag, bg):,.0f} B on gRPC to "
             f"{crossover('tree', 'ring', 4, as_, bs):,.0f} B on shared memory.")
+
+
+def model_against_measured(model: float | None, seen, largest: int) -> str:
+    """Where the model's crossover falls against lesson 05's `measured_crossover` (`seen`), in
+    words: lesson 10 prints this, so the model's size stays exercise 10.1's to compute."""
+    if model is None:
+        return "nowhere: in the model the ring never overtakes the tree"
+    if seen is None:
+        return f"{'below' if model < largest else 'above'} {format_bytes(largest)}"
+    low, high = seen
+    if low is not None and model < low:
+        return "below that range"
+    return "above that range" if model > high else "inside that range"
 
 
 def copied_bytes(count: int, itemsize: int, world_size: int, rank: int) -> int:

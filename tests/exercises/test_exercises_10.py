@@ -14,6 +14,7 @@ from allreduce_edu.exercises.lesson10 import (
     check_crossover_shift,
     check_transport_names,
     copied_bytes,
+    model_against_measured,
 )
 
 FITS = {"grpc": (400e-6, 1 / 0.5e9), "shm": (120e-6, 1 / 4e9)}  # the shape of this machine's fits
@@ -28,6 +29,20 @@ def test_crossover_shift_checker():
     assert "off by" in check_crossover_shift(want * 3, FITS).message
     assert "answer with a number" in check_crossover_shift("big", FITS).message
     assert check_crossover_shift(None, FITS).status == "not attempted"
+
+
+def test_model_against_measured_names_a_place_not_a_size():
+    """Lesson 10 prints where the model's crossover falls, so its size stays exercise 10.1's."""
+    kib, mib = 1 << 10, 1 << 20
+    assert model_against_measured(431 * kib, (mib, 4 * mib), 16 * mib) == "below that range"
+    assert model_against_measured(2 * mib, (mib, 4 * mib), 16 * mib) == "inside that range"
+    assert model_against_measured(8 * mib, (mib, 4 * mib), 16 * mib) == "above that range"
+    assert model_against_measured(8 * kib, (None, 16 * kib), 16 * mib) == "inside that range"
+    assert model_against_measured(2 * mib, None, 16 * mib) == "below 16.0 MiB"
+    assert model_against_measured(None, None, 16 * mib).startswith("nowhere")
+    for place in (model_against_measured(431 * kib, (mib, 4 * mib), 16 * mib),
+                  model_against_measured(2 * mib, None, 16 * mib)):
+        assert "431" not in place and "2.0" not in place
 
 
 def test_copied_bytes_checker():
