@@ -150,29 +150,30 @@ def _root_success(n: int, s: int) -> str:
 
 
 check_fusion_answer = choice(
-    "07.3", "LayerNorm work per rank when N doubles", module=__name__,
+    "07.3", "The fused ring with fewer rows than ranks", module=__name__,
     checker="check_fusion_answer",
-    question="The same (rows, hidden) activations go from N = 8 to N = 16 ranks. How does each "
-             "rank's LayerNorm work change in the unfused variant and in the fused ring?",
+    question="A decode step of a tensor-parallel layer runs the fused ring on (4, 4096) activations: "
+             "4 rows, on N = 8 ranks. How is the LayerNorm work spread over the ranks?",
     options={
-        "a": "both halve: the norm follows the chunks, and the chunks halve.",
-        "b": "neither changes: LayerNorm's work is rows × hidden, whatever N is.",
-        "c": "unfused unchanged, fused halved: only the fused ring splits rows.",
-        "d": "fused doubles: each rank adds twice as many partials before it.",
+        "a": "every rank normalises half a row: 1/8 of the work each, as always.",
+        "b": "four ranks normalise one row each, four none: 1/4 at most.",
+        "c": "rank 0 normalises all four: too few rows to scatter, it acts as root.",
+        "d": "every rank normalises all four: below N rows it runs as unfused.",
     },
-    right="c",
+    right="b",
     slips={
-        "a": "the unfused variant normalises after its all-reduce has finished, on the whole "
-             "(rows, hidden) array that every rank now holds: chunks play no part.",
-        "b": "that is the total work of one LayerNorm. Who does it? In the unfused variant every "
-             "rank does all of it; in the fused ring each rank its own rows.",
-        "d": "a rank's reduce-scatter adds N − 1 partials of 1/N of the rows, about one buffer "
-             "whatever N is; and it normalises only its own 1/N of the rows.",
+        "a": "a row's mean and variance need all of its hidden values on one rank: the fused ring "
+             "cuts the activations by whole rows, never inside a row.",
+        "c": "no rank is special in the fused ring: a chunk is finished, and normalised, by the "
+             "rank that owns it. How does np.array_split cut 4 rows into 8 chunks?",
+        "d": "nothing falls back: the ring runs as always, and a rank whose chunk holds no rows "
+             "has nothing to normalise.",
     },
-    why="the unfused variant all-reduces, then every rank normalises every row: the same work at "
-        "any N, done N times over. The fused ring normalises each row once, on the rank that "
-        "finishes its sum, inside the last reduce step: 1/N of the rows each, halved when N "
-        "doubles — and the normalised rows are what the all-gather sends.",
-    hints=("After an unfused all-reduce, which rows does each rank normalise?",
-           "In the fused ring, a rank normalises the rows whose sum it finishes. What fraction "
-           "of the rows is that, at N = 8 and at N = 16?"))
+    why="the fused ring reduce-scatters whole rows: np.array_split cuts 4 rows into four chunks "
+        "of one row and four empty ones, so four ranks normalise one row each and four none. The "
+        "busiest rank does 1/4 of the norm, not 1/8: with fewer rows than ranks the saving stops "
+        "at one row per rank, as in the decode steps of tensor-parallel inference.",
+    hints=("LayerNorm needs a row's whole sum before it can normalise it. Can two ranks share a "
+           "row?",
+           "The fused ring splits the activations with np.array_split along the rows. What does "
+           "that give for 4 rows and 8 chunks?"))
