@@ -42,10 +42,13 @@ def load() -> dict[str, dict]:
 
 
 def record(exercise: str, status: str) -> None:
-    """Count an attempt at `exercise`; its status only moves forward (attempted, then passed)."""
+    """Count an attempt at `exercise`; its status only moves forward (attempted, then passed), and
+    checks after a pass (trying a variant, re-running the cell) are not tries."""
     def count(data: dict) -> None:
         entry = data.get(exercise, {})
         old = entry.get("status", "not started")
+        if old == "passed":
+            return
         best = max(old, status, key=lambda s: STATUSES.index(s) if s in STATUSES else 0)
         data[exercise] = {"status": best, "attempts": int(entry.get("attempts", 0)) + 1,
                           "when": round(time.time())}
