@@ -69,10 +69,15 @@ a laptop's typical α ≈ 0.5 ms and 1/β ≈ 1 GB/s that is 0.032 s of α besid
     library=("bench.allreduce:latency",),
     explanation="Rank 1 returns what it received; the checker looks at rank 0's result, and at "
                 "the two messages in the trace.",
-    hints=('Branch on comm.rank: rank 0 does one half, rank 1 the other. Rank 0 starts with '
-           'comm.send(1, np.arange(5), tag="ping").',
-           'Rank 1 waits for that message with x = comm.recv(0, tag="ping") — the same tag — and '
-           'sends 2 * x back to rank 0 with a tag of its own, say "pong".',
+    hints=("The same function runs on both ranks, but they play different parts, as in the "
+           "picture: rank 0 starts the exchange, rank 1 answers. Your rank tells you which part "
+           "you play.",
+           "Rank 0 sends the five numbers 0 … 4 to rank 1, then waits for the answer. Rank 1 "
+           "receives from rank 0, doubles what it got and sends that back. Every message "
+           "carries a tag: give the question one tag and the answer another.",
+           "A receive names both the sender and the tag. Rank 1's receive must use the tag rank 0 "
+           "sent with; rank 0's receive the tag rank 1 answers with. Rank 0 returns what comes "
+           "back.",
            'The key idea: a message arrives only where a recv names its sender and its tag. Rank 0'
            ' must end by receiving from rank 1, with exactly the tag rank 1 used for its answer.'),
     key="""from allreduce_edu.exercises.lesson01 import check_echo

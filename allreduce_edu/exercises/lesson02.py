@@ -35,11 +35,13 @@ NAIVE_SOLUTION = """def my_naive_allreduce(comm, x):
     solution=NAIVE_SOLUTION,
     explanation="""x.copy() matters: `total = x` would make total another name for the root's x, and
 += would write the others' data into the caller's array.""",
-    hints=('Two roles, split on comm.rank: the root (rank 0) collects and sends back; every other '
-           'rank sends its x to the root and then waits for the sum.',
-           "The root starts from a copy of its own x (so the caller's x stays as it was) and adds "
-           'the buffer each other rank sends, one recv per rank; tags tell the collecting messages'
-           ' from the sum that comes back.',
+    hints=("Look at the picture: every buffer flows into one rank, the root (rank 0), and the "
+           "sum flows back out from it. Your rank tells you which of the two roles you play.",
+           "Two halves. Reduce: each other rank sends its x to the root once, and the root "
+           "receives from ranks 1 to N − 1 in turn and adds. Broadcast: the root sends the sum "
+           "to each of them. One tag per half keeps the two kinds of message apart.",
+           "The root adds into a copy of its own x, never into x itself: the caller's array must "
+           "stay as it was. The other ranks return the sum they receive, not their own x.",
            'The key idea: all the data meets in one place. The root adds the N − 1 other buffers '
            'into its copy, then sends that one sum to each of the N − 1 others, who return what '
            "they receive; every message is a whole buffer, through the root's one link."),
