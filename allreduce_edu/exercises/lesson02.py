@@ -198,10 +198,10 @@ check_bottleneck_answer = choice(
              "first half of its buffer to rank 0 and the second half to rank 1, and each root "
              "reduces and broadcasts its half. For large S, compared with one root it takes",
     options={
-        "a": "about the same time: every rank still sends all S of its bytes.",
-        "b": "about twice as long: the two roots must also swap their halves.",
-        "c": "about half the time: each root's link carries (N − 1)·S/2 each way.",
-        "d": "about as long as the ring: splitting the root removes the bottleneck.",
+        "a": "about the same time: the 8 ranks still send 8·S bytes in all, as before.",
+        "b": "about twice as long: the two roots must also swap halves, 7 more sends.",
+        "c": "about half the time: a root's link carries 3.5·S each way, not 7·S.",
+        "d": "about as long as the ring: no link carries more than 1.75·S each way.",
     },
     right="c",
     slips={
@@ -209,8 +209,8 @@ check_bottleneck_answer = choice(
              "rank 0's link now, compared with one root?",
         "b": "a root sends its other half to the other root like any rank does, S/2 bytes; that "
              "adds one message, not a second round. Count the bytes on rank 0's link.",
-        "d": "the ring's busiest link carries 2(N − 1)/N·S ≈ 1.75·S at N = 8; two roots still "
-             "carry (N − 1)·S/2 = 3.5·S each way. Better, not gone.",
+        "d": "1.75·S, 2(N − 1)/N·S at N = 8, is the ring's busiest link; a root still hears "
+             "from all 7 others, (N − 1)·S/2 = 3.5·S each way. Better, not gone.",
     },
     why="the time is set by the busiest link, and each root now receives and sends (N − 1) "
         "halves instead of (N − 1) whole buffers. Split the root k ways and it falls k-fold; with "

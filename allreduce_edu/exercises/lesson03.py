@@ -287,19 +287,19 @@ check_busbw_answer = choice(
     question="A ring all-reduce of S = 1 GiB runs on 8 ranks, then on 64, every rank with its "
              "own 100 Gb/s link; at this size bytes, not α, set the time. On 64 ranks it takes",
     options={
-        "a": "about 8× as long: every chunk must pass through 8× as many ranks.",
-        "b": "about 8× less: 64 ranks share the work, so each moves 1/8 as much.",
-        "c": "exactly as long: the ring's bytes per rank do not depend on N.",
+        "a": "about 9× as long: each rank now takes 126 steps instead of 14.",
+        "b": "about 8× less: each rank's chunk is 16 MiB instead of 128 MiB.",
+        "c": "exactly as long: every rank sends 2·S = 2 GiB, whatever N is.",
         "d": "about 1.1× as long: each rank sends 1.97 GiB instead of 1.75.",
     },
     right="d",
     slips={
-        "a": "the chunks do travel further, but they also shrink to S/N, and all links work at "
-             "once. Count the bytes one rank sends: 2(N − 1) chunks of S/N.",
-        "b": "each chunk is 1/8 the size, but there are 8× as many steps. Multiply: 2(N − 1) "
-             "chunks of S/N bytes.",
-        "c": "close, but not exactly: 2(N − 1)/N·S approaches 2·S as N grows, from below. Work it "
-             "out for N = 8 and N = 64.",
+        "a": "there are 9× as many steps, but the chunks also shrink to S/N, and all links work "
+             "at once. Count the bytes one rank sends: 2(N − 1) chunks of S/N.",
+        "b": "each chunk is 1/8 the size, but there are 9× as many steps (126, not 14). "
+             "Multiply: 2(N − 1) chunks of S/N bytes.",
+        "c": "close, but not exactly: 2(N − 1)/N·S approaches 2·S as N grows, from below, and "
+             "never reaches it. Work it out for N = 8 and N = 64.",
     },
     why="each rank sends 2(N − 1)/N·S: 2·7/8 = 1.75 GiB on 8 ranks, 2·63/64 ≈ 1.97 GiB on 64, "
         "so the time grows by 1.97/1.75 ≈ 1.125 while the world grows 8×. That is why busbw, "

@@ -197,19 +197,19 @@ check_float_order_answer = choice(
     question="Ring and tree all-reduce the same float32 inputs and disagree in the last bits. "
              "Run them instead on int32 token counts (no sum overflows). The two results",
     options={
-        "a": "differ in the last bits too: any two orders of addition round differently.",
-        "b": "agree only when N is a power of two, so that the tree is balanced.",
-        "c": "differ on some machines: each CPU rounds its integer sums its own way.",
-        "d": "agree bit for bit: integer sums are exact, so grouping cannot matter.",
+        "a": "differ in the last bits: as in float32, (a + b) + c and a + (b + c) round apart.",
+        "b": "agree only on 2, 4, 8, … ranks: on 6 ranks the tree's grouping is lopsided.",
+        "c": "differ on some CPUs: vector units add the int32 lanes in their own order.",
+        "d": "agree bit for bit: below 2^31 every int32 sum is exact, in any order.",
     },
     right="d",
     slips={
         "a": "rounding happens only when a result has more digits than its type can hold: float "
              "addition rounds, integer addition (without overflow) is exact.",
         "b": "an unbalanced tree groups the additions differently, but for integers grouping "
-             "does not matter: (a + b) + c = a + (b + c) exactly.",
-        "c": "integer addition has one right answer and every CPU gives it (two's complement); "
-             "only floating point rounds.",
+             "does not matter: (a + b) + c = a + (b + c) exactly, on any number of ranks.",
+        "c": "the order of integer additions cannot change their sum: every CPU, vector unit or "
+             "not, gives the one exact answer (two's complement); only floating point rounds.",
     },
     why="the float results differ because float addition rounds after every step, so it is not "
         "associative and the ring and the tree group the additions differently. Integer addition "
