@@ -65,10 +65,11 @@ def _welcome_inputs(d) -> np.ndarray:
     library=(),
     explanation="Every rank gets [N − 1, 0]: the largest rank, and the largest of −rank "
                 "(rank 0's 0).",
-    hints=("Every rank calls the same collective, and the op decides how the ranks' values "
-           "combine. Build this rank's array first, from comm.rank as the exercise describes.",
-           'allreduce_edu.allreduce(comm, x, op=...) as first_allreduce above calls it; op="max" '
-           'keeps the largest value of each element instead of adding them up.',
+    hints=("Every rank runs the same function, each with its own data: build this rank's "
+           "two-element array from its rank, the rank itself and then minus the rank.",
+           "You do not write the reduction by hand: the allreduce that first_allreduce above "
+           "calls takes an op, and the op decides how the ranks' values combine. Which op keeps "
+           "the largest value of each element instead of adding them up?",
            'The key idea: you do not write the reduction, you choose it. Every rank passes its own'
            ' array and the same op, and every rank gets back the element-wise maximum over all '
            'ranks.'),

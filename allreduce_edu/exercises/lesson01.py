@@ -69,10 +69,15 @@ a laptop's typical α ≈ 0.5 ms and 1/β ≈ 1 GB/s that is 0.032 s of α besid
     library=("bench.allreduce:latency",),
     explanation="Rank 1 returns what it received; the checker looks at rank 0's result, and at "
                 "the two messages in the trace.",
-    hints=('Branch on comm.rank: rank 0 does one half, rank 1 the other. Rank 0 starts with '
-           'comm.send(1, np.arange(5), tag="ping").',
-           'Rank 1 waits for that message with x = comm.recv(0, tag="ping") — the same tag — and '
-           'sends 2 * x back to rank 0 with a tag of its own, say "pong".',
+    hints=("The same function runs on both ranks, but they play different parts, as in the "
+           "picture: rank 0 starts the exchange, rank 1 answers. Your rank tells you which part "
+           "you play.",
+           "Rank 0 sends the five numbers 0 … 4 to rank 1, then waits for the answer. Rank 1 "
+           "receives from rank 0, doubles what it got and sends that back. Every message "
+           "carries a tag: give the question one tag and the answer another.",
+           "A receive names both the sender and the tag. Rank 1's receive must use the tag rank 0 "
+           "sent with; rank 0's receive the tag rank 1 answers with. Rank 0 returns what comes "
+           "back.",
            'The key idea: a message arrives only where a recv names its sender and its tag. Rank 0'
            ' must end by receiving from rank 1, with exactly the tag rank 1 used for its answer.'),
     key="""from allreduce_edu.exercises.lesson01 import check_echo
@@ -111,7 +116,7 @@ def _laptop(alpha: float, beta: float, yours: bool) -> str:
     """α/β on the laptop: the learner's measured pair, or the typical one."""
     whose = "on your laptop it is" if yours else "on a laptop it is typically"
     return (f"{whose} {alpha * 1e3:.2f} ms × {1 / beta / 1e9:.2f} GB/s ≈ "
-            f"{alpha / beta / 1e3:,.0f} kB")
+            f"{alpha / beta / 1024:,.0f} KiB")
 
 
 _TYPICAL = _laptop(TYPICAL_ALPHA, TYPICAL_BETA, yours=False)
@@ -123,21 +128,22 @@ _small_message_spec = choice(
     question="On this laptop an 8-byte and a 4 KiB message take about the same time. On an "
              "InfiniBand cluster with α = 2 µs and 1/β = 25 GB/s, how do they compare?",
     options={
-        "a": "4 KiB takes far longer there: a fast link makes α negligible for any message.",
-        "b": "about the same again: there α/β is 50 KB, and 4 KiB is far below it.",
-        "c": "both take no measurable time: at 25 GB/s messages under 1 MiB are free.",
-        "d": "8 bytes takes longer: small messages wait to be batched with others.",
+        "a": "4 KiB takes about twice as long: its bytes cost there about as much as α.",
+        "b": "about the same again: there α/β is about 49 KiB, far above 4 KiB.",
+        "c": "both are as good as free: 4 KiB crosses a 25 GB/s link in 0.16 µs.",
+        "d": "8 bytes takes longer: messages this small wait about 2 µs to be batched.",
     },
     right="b",
     slips={
         "a": f"α fell from {_TYPICAL_ALPHA_TEXT} to 2 µs, but β fell too. Compare the two terms "
-             f"of α + n·β at n = 4096: 2 µs against 4096 / 25e9 s.",
+             f"of α + n·β at n = 4096: 2 µs against 4096 / 25e9 s, about a tenth of it.",
         "c": "a message still pays α, the fixed cost, before its first byte moves: 2 µs is "
              "small but it is most of what a 4 KiB message costs there.",
         "d": "the α-β model has no batching: each message costs α + n·β on its own. Which "
              "term is larger at 8 bytes, and at 4 KiB?",
     },
-    why=f"the bytes cost as much as the fixed part at n = α/β = 2e-6 × 25e9 = 50 KB "
+    why=f"the bytes cost as much as the fixed part at n = α/β = 2e-6 × 25e9 = 50,000 bytes "
+        f"≈ 49 KiB "
         f"({_TYPICAL}). Below that size every message costs about α, on any network: small "
         f"messages are latency-bound, and batching them is the cure.",
     hints=("Write t(n) = α + n·β for both sizes on the cluster and compare the two terms.",

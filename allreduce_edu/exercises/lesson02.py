@@ -35,11 +35,13 @@ NAIVE_SOLUTION = """def my_naive_allreduce(comm, x):
     solution=NAIVE_SOLUTION,
     explanation="""x.copy() matters: `total = x` would make total another name for the root's x, and
 += would write the others' data into the caller's array.""",
-    hints=('Two roles, split on comm.rank: the root (rank 0) collects and sends back; every other '
-           'rank sends its x to the root and then waits for the sum.',
-           "The root starts from a copy of its own x (so the caller's x stays as it was) and adds "
-           'the buffer each other rank sends, one recv per rank; tags tell the collecting messages'
-           ' from the sum that comes back.',
+    hints=("Look at the picture: every buffer flows into one rank, the root (rank 0), and the "
+           "sum flows back out from it. Your rank tells you which of the two roles you play.",
+           "Two halves. Reduce: each other rank sends its x to the root once, and the root "
+           "receives from ranks 1 to N − 1 in turn and adds. Broadcast: the root sends the sum "
+           "to each of them. One tag per half keeps the two kinds of message apart.",
+           "The root adds into a copy of its own x, never into x itself: the caller's array must "
+           "stay as it was. The other ranks return the sum they receive, not their own x.",
            'The key idea: all the data meets in one place. The root adds the N − 1 other buffers '
            'into its copy, then sends that one sum to each of the N − 1 others, who return what '
            "they receive; every message is a whole buffer, through the root's one link."),
@@ -196,10 +198,10 @@ check_bottleneck_answer = choice(
              "first half of its buffer to rank 0 and the second half to rank 1, and each root "
              "reduces and broadcasts its half. For large S, compared with one root it takes",
     options={
-        "a": "about the same time: every rank still sends all S of its bytes.",
-        "b": "about twice as long: the two roots must also swap their halves.",
-        "c": "about half the time: each root's link carries (N − 1)·S/2 each way.",
-        "d": "about as long as the ring: splitting the root removes the bottleneck.",
+        "a": "about the same time: the 8 ranks still send 8·S bytes in all, as before.",
+        "b": "about twice as long: the two roots must also swap halves, 7 more sends.",
+        "c": "about half the time: a root's link carries 3.5·S each way, not 7·S.",
+        "d": "about as long as the ring: no link carries more than 1.75·S each way.",
     },
     right="c",
     slips={
@@ -207,8 +209,8 @@ check_bottleneck_answer = choice(
              "rank 0's link now, compared with one root?",
         "b": "a root sends its other half to the other root like any rank does, S/2 bytes; that "
              "adds one message, not a second round. Count the bytes on rank 0's link.",
-        "d": "the ring's busiest link carries 2(N − 1)/N·S ≈ 1.75·S at N = 8; two roots still "
-             "carry (N − 1)·S/2 = 3.5·S each way. Better, not gone.",
+        "d": "1.75·S, 2(N − 1)/N·S at N = 8, is the ring's busiest link; a root still hears "
+             "from all 7 others, (N − 1)·S/2 = 3.5·S each way. Better, not gone.",
     },
     why="the time is set by the busiest link, and each root now receives and sends (N − 1) "
         "halves instead of (N − 1) whole buffers. Split the root k ways and it falls k-fold; with "

@@ -128,15 +128,25 @@ def _count(k: int, thing: str) -> str:
     library=("collectives.ring:allreduce_ring", "collectives.ring:reduce_scatter_ring",
              "collectives.ring:all_gather_ring"),
     solution=RING_SOLUTION,
-    hints=('Cut a copy of x into N chunks: pieces = np.array_split(x.reshape(-1).copy(), n). '
-           'Chunks may differ in length by one, and the copy keeps x unchanged.',
-           'Two loops of N − 1 steps. In reduce-scatter step s, rank r sends pieces[(r − s − 1) % '
-           'n] to the right and adds what arrives from the left into pieces[(r − s − 2) % n]; '
-           'afterwards rank r owns chunk r.',
+    hints=("Start from the lesson's still of step 0: x cut into N chunks, one per rank, and in "
+           "every step each rank hands one chunk to its right neighbour while another arrives "
+           "from its left. Work on a copy of x cut into N chunks (they may differ in length by "
+           "one element), so the caller's x stays as it was.",
+           "Two phases of N − 1 steps each, every step one exchange: send right, receive from "
+           "the left. In reduce-scatter you add what arrives into your copy of that chunk; in "
+           "all-gather what arrives replaces your copy. Between the phases rank r owns the "
+           "finished chunk r.",
+           "Reduce-scatter's index rule: in step s (counting from 0) rank r sends chunk "
+           "(r − s − 1) % N, and what arrives from the left is chunk (r − s − 2) % N, the one "
+           "the left neighbour sent; add it in. After N − 1 steps rank r holds chunk r complete.",
+           "All-gather's index rule: in its first step each rank sends the chunk it just "
+           "finished, its own chunk r, and in every later step it sends the chunk it received "
+           "in the step before. So in all-gather step s rank r sends chunk (r − s) % N and "
+           "stores the arrival as chunk (r − s − 1) % N: one index ahead of reduce-scatter's.",
            'The key idea: each chunk travels once around the ring twice over. In reduce-scatter a '
            "chunk picks up one rank's data per hop until its owner finishes it; in all-gather each"
-           ' finished chunk is forwarded, unchanged, until every rank has a copy — same index '
-           'rule, one step behind, storing instead of adding.'),
+           ' finished chunk is forwarded, unchanged, until every rank has a copy, stored instead '
+           'of added.'),
     key="""from allreduce_edu.exercises.lesson03 import check_ring_allreduce
 
 """ + RING_SOLUTION + """
@@ -235,11 +245,15 @@ one overlap the transfer
 of the next (NCCL cuts every chunk into slices for this). Here the additions are cheap next to \
 gRPC's per-byte
 CPU cost, and every extra message costs another α, so expect no gain — often a small loss.""",
-    hints=('Start from your ring, and cut every chunk once more: pieces = [np.array_split(p, '
-           'segments) for p in np.array_split(x.reshape(-1).copy(), n)].',
-           'In each step, start every segment of the outgoing chunk with comm.isend (it returns at'
-           ' once, with a request), then recv the incoming segments one at a time, then wait on '
-           'every request.',
+    hints=("Start from your ring: which chunk goes where in which step does not change. What "
+           "changes is that each chunk now travels as several smaller messages, its segments.",
+           "Cut every chunk once more into segments parts, the same way you cut x into chunks. "
+           "In each step, first start every segment of the outgoing chunk with the non-blocking "
+           "send, then receive the incoming segments one at a time, then wait until your sends "
+           "are done.",
+           "A non-blocking send returns at once with a request; keep the requests and wait on "
+           "each before the next step. In reduce-scatter add each arriving segment into the "
+           "matching segment of your chunk; in all-gather store them.",
            "The key idea: the ring's schedule does not change, only the size of what moves. Every "
            'segment of a chunk leaves before you wait for any, so segment k + 1 is on the wire '
            'while you add segment k; all-gather forwards the segments the same way.'),
@@ -273,19 +287,19 @@ check_busbw_answer = choice(
     question="A ring all-reduce of S = 1 GiB runs on 8 ranks, then on 64, every rank with its "
              "own 100 Gb/s link; at this size bytes, not α, set the time. On 64 ranks it takes",
     options={
-        "a": "about 8× as long: every chunk must pass through 8× as many ranks.",
-        "b": "about 8× less: 64 ranks share the work, so each moves 1/8 as much.",
-        "c": "exactly as long: the ring's bytes per rank do not depend on N.",
+        "a": "about 9× as long: each rank now takes 126 steps instead of 14.",
+        "b": "about 8× less: each rank's chunk is 16 MiB instead of 128 MiB.",
+        "c": "exactly as long: every rank sends 2·S = 2 GiB, whatever N is.",
         "d": "about 1.1× as long: each rank sends 1.97 GiB instead of 1.75.",
     },
     right="d",
     slips={
-        "a": "the chunks do travel further, but they also shrink to S/N, and all links work at "
-             "once. Count the bytes one rank sends: 2(N − 1) chunks of S/N.",
-        "b": "each chunk is 1/8 the size, but there are 8× as many steps. Multiply: 2(N − 1) "
-             "chunks of S/N bytes.",
-        "c": "close, but not exactly: 2(N − 1)/N·S approaches 2·S as N grows, from below. Work it "
-             "out for N = 8 and N = 64.",
+        "a": "there are 9× as many steps, but the chunks also shrink to S/N, and all links work "
+             "at once. Count the bytes one rank sends: 2(N − 1) chunks of S/N.",
+        "b": "each chunk is 1/8 the size, but there are 9× as many steps (126, not 14). "
+             "Multiply: 2(N − 1) chunks of S/N bytes.",
+        "c": "close, but not exactly: 2(N − 1)/N·S approaches 2·S as N grows, from below, and "
+             "never reaches it. Work it out for N = 8 and N = 64.",
     },
     why="each rank sends 2(N − 1)/N·S: 2·7/8 = 1.75 GiB on 8 ranks, 2·63/64 ≈ 1.97 GiB on 64, "
         "so the time grows by 1.97/1.75 ≈ 1.125 while the world grows 8×. That is why busbw, "

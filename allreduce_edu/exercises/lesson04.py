@@ -62,10 +62,15 @@ def _why_failed(e: Exception) -> str:
     "04.1", "write a binomial-tree reduce", kind="code", function="my_tree_reduce",
     library=("collectives.tree:reduce_tree",),
     solution=TREE_SOLUTION,
-    hints=('Keep a running partial sum, acc = x.copy(), and walk the bits of your rank, one per '
-           'step: distance = 1, 2, 4, … while distance < comm.world_size.',
-           'At each distance, a rank whose bit is set (comm.rank & distance) sends acc to '
-           'comm.rank − distance and returns: its part is done. The others stay in the loop.',
+    hints=("Look at the tree picture: at every step half of the ranks still holding data hand "
+           "their partial sum to a partner and drop out, until only rank 0 is left. Each rank "
+           "keeps a running partial sum, starting from a copy of its x.",
+           "Step s pairs ranks that are 2^s apart: a distance of 1, then 2, then 4, and so on "
+           "while it is below the world size. At each step one bit of a rank's number decides "
+           "whether it sends or receives.",
+           "A rank whose bit for this distance is set sends its partial to the rank that far "
+           "below it, and is then done. The others receive from the rank that far above them, "
+           "when that rank exists, and add it in.",
            'The key idea: every step halves the ranks still holding data. A rank that stays '
            "receives its partner's partial, distance above it, and adds it in — but only when that"
            ' partner exists (the world need not be a power of two); after the last step rank 0 '

@@ -134,13 +134,15 @@ def _check_formulas(my_time) -> Feedback | None:
     library=("costmodel:naive", "costmodel:ring", "costmodel:tree",
              "costmodel:recursive_doubling", "costmodel:rabenseifner", "tuner:tune"),
     solution=CHOOSE_SOLUTION,
-    hints=('Translate the table row by row: a time is steps·α + bytes along the way·β, with '
-           'N = world_size and S = nbytes (γ left out). The checker tells you which term of which '
-           'row is off first.',
-           '⌈log2 N⌉ in integers is (N - 1).bit_length(); the largest power of two p ≤ N is '
-           '1 << (N.bit_length() - 1), and log2 p is then p.bit_length() - 1.',
-           'For recursive doubling and Rabenseifner, price p ranks and add 2·(alpha + S·beta) '
-           'when p < N. Then choose is min over the four names with my_time as the key.',
+    hints=("Translate the lesson's table row by row: each time is the steps times α plus the "
+           "bytes along the way times β, with N the world size and S the bytes (γ left out). "
+           "The checker names the first term of the first row that is off.",
+           "You need two integers from N: the tree's depth ⌈log2 N⌉ (rounded up), and p, the "
+           "largest power of two not above N, with its log2. An int's bit_length gives both "
+           "without floating point.",
+           "Recursive doubling and Rabenseifner run on p ranks; when N is not a power of two the "
+           "extra ranks fold in before and unfold after, two more steps that each move the whole "
+           "buffer. choose prices all four names with your my_time and keeps the cheapest.",
            'The key idea: every algorithm is a straight line in S, its intercept the steps times '
            'α and its slope the bytes along the way times β; a rank count that is not a power of '
            'two costs the recursive ones a whole buffer in and out. Choosing is then picking the '
@@ -195,19 +197,19 @@ check_float_order_answer = choice(
     question="Ring and tree all-reduce the same float32 inputs and disagree in the last bits. "
              "Run them instead on int32 token counts (no sum overflows). The two results",
     options={
-        "a": "differ in the last bits too: any two orders of addition round differently.",
-        "b": "agree only when N is a power of two, so that the tree is balanced.",
-        "c": "differ on some machines: each CPU rounds its integer sums its own way.",
-        "d": "agree bit for bit: integer sums are exact, so grouping cannot matter.",
+        "a": "differ in the last bits: as in float32, (a + b) + c and a + (b + c) round apart.",
+        "b": "agree only on 2, 4, 8, … ranks: on 6 ranks the tree's grouping is lopsided.",
+        "c": "differ on some CPUs: vector units add the int32 lanes in their own order.",
+        "d": "agree bit for bit: below 2^31 every int32 sum is exact, in any order.",
     },
     right="d",
     slips={
         "a": "rounding happens only when a result has more digits than its type can hold: float "
              "addition rounds, integer addition (without overflow) is exact.",
         "b": "an unbalanced tree groups the additions differently, but for integers grouping "
-             "does not matter: (a + b) + c = a + (b + c) exactly.",
-        "c": "integer addition has one right answer and every CPU gives it (two's complement); "
-             "only floating point rounds.",
+             "does not matter: (a + b) + c = a + (b + c) exactly, on any number of ranks.",
+        "c": "the order of integer additions cannot change their sum: every CPU, vector unit or "
+             "not, gives the one exact answer (two's complement); only floating point rounds.",
     },
     why="the float results differ because float addition rounds after every step, so it is not "
         "associative and the ring and the tree group the additions differently. Integer addition "

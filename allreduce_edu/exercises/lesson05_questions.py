@@ -65,11 +65,13 @@ check_tree_time = number(
         f"off by a factor {got / _tree_answer(d):.2f}: first solve the ring's two times for α and "
         f"β (each is 2(N − 1)·α + 2(N − 1)/N·S·β), then price the tree, 2⌈log2 N⌉·(α + S·β)."),
     success=lambda d: _tree_success(d),
-    hints=("Only the ring was timed, so find the cluster first: write each ring time as "
-           "2(N − 1)·α + 2(N − 1)/N·S·β with N = 16, two equations for the two unknowns α and β. "
-           "At 8 bytes the β term is negligible.",
-           "30·α ≈ 300 µs gives α; then 1.875 · 64 MiB · β = 6.59 ms − 30·α gives β. The tree on "
-           "16 ranks takes 2·⌈log2 16⌉ = 8 steps, each α + S·β with S = 1 MiB = 1,048,576 bytes."),
+    hints=("Only the ring was timed, so find the cluster first: each ring time on N = 16 ranks is "
+           "2(N − 1)·α + 2(N − 1)/N·S·β. Two measured times, two unknowns.",
+           "At 8 bytes the β term is negligible, so the small time alone gives α. Take the "
+           "ring's α part off the 64 MiB time; what is left is the bytes along the way, "
+           "2(N − 1)/N·S, times β.",
+           "Then price the tree with the same α and β: two phases (reduce, broadcast) of "
+           "⌈log2 N⌉ steps each, and every step moves the whole 1 MiB buffer. Answer in µs."),
     solution="""Fit the model to the two ring times, then price the tree with it. On N = 16 ranks:
     ring: 2·(16 − 1)·α + 2·(16 − 1)/16·S·β = 30α + 1.875·S·β
     8 bytes:  30α ≈ 300 µs                           →  α = 10 µs

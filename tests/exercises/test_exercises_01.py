@@ -115,10 +115,10 @@ def test_small_message_answer():
 def test_small_message_feedback_uses_the_measured_alpha_and_beta():
     alpha, beta = 669e-6, 1 / 0.72e9  # what one run of the lesson measured
     right = check_small_message_answer("b", alpha, beta)
-    assert right and "your laptop it is 0.67 ms × 0.72 GB/s ≈ 482 kB" in right.message
+    assert right and "your laptop it is 0.67 ms × 0.72 GB/s ≈ 470 KiB" in right.message
     assert "typically" not in right.message
     assert "from your 0.67 ms to 2 µs" in check_small_message_answer("a", alpha, beta).message
-    assert "typically 0.50 ms × 1.00 GB/s ≈ 500 kB" in check_small_message_answer("b").message
+    assert "typically 0.50 ms × 1.00 GB/s ≈ 488 KiB" in check_small_message_answer("b").message
     assert not check_small_message_answer("?", alpha, beta).attempted
     assert registry.get("01.3").key.endswith("check_small_message_answer(my_choice, alpha, beta)")
 

@@ -176,3 +176,15 @@ def test_solutions_registered():
     fn = reference("02.1")
     assert fn.__name__ == "my_naive_allreduce"
     assert check_naive_allreduce(fn, **{**QUICK, "world_sizes": (3, 4)})
+
+
+def test_02b_is_asked_before_the_model_that_answers_it():
+    """The naive time formula follows the measurement 02.b predicts, so the guess is not arithmetic."""
+    from allreduce_edu import course
+
+    [path] = [p for p in course.lesson_files() if p.name.startswith("02")]
+    text = [course.source(c) for c in course.read(path)["cells"]]
+    asked = next(i for i, t in enumerate(text) if 'predict("02.b"' in t)
+    formula = "t ≈ 2(N − 1)·(α + S·β)"
+    assert not any(formula in t for t in text[:asked + 1])
+    assert any(formula in t for t in text[asked + 1:])

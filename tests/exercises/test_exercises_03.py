@@ -216,7 +216,7 @@ def test_ring_bytes_counts_what_the_ring_really_sends():
 def test_busbw_answer():
     assert check_busbw_answer("d")
     assert "shrink to S/N" in check_busbw_answer("a").message
-    assert "8× as many steps" in check_busbw_answer("b").message
+    assert "9× as many steps" in check_busbw_answer("b").message
     assert "close, but not exactly" in check_busbw_answer("c").message
     assert "'a', 'b', 'c' or 'd'" in check_busbw_answer("e").message
 
@@ -266,9 +266,12 @@ def test_the_learner_traces_chunks_then_writes_the_ring_before_seeing_one():
 
 
 def test_predictions_come_before_what_answers_them():
-    """The objective does not state the bytes formula 03.a asks for; 03.b's prompt gives t_ring."""
+    """The objective does not state the bytes formula 03.a asks for; nor does anything before 03.b
+    state t_ring, which follows the measurement that answers it."""
     cells, _, source = lesson_cells()
     text = [source(c) for c in cells]
     asked = {key: next(i for i, t in enumerate(text) if f'predict("{key}"' in t) for key in ("03.a", "03.b")}
     assert not any("2(N−1)/N·S" in t or "2(N − 1)/N · S" in t for t in text[:asked["03.a"]])
-    assert "t_ring = 2(N − 1)·α + 2(N − 1)/N·S·β" in text[asked["03.b"] - 1]
+    t_ring = "t_ring = 2(N − 1)·α + 2(N − 1)/N·S·β"
+    assert not any(t_ring in t for t in text[:asked["03.b"] + 1])
+    assert any(t_ring in t for t in text[asked["03.b"] + 1:])
