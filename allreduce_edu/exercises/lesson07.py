@@ -153,7 +153,8 @@ check_fusion_answer = choice(
     "07.3", "The fused ring with fewer rows than ranks", module=__name__,
     checker="check_fusion_answer",
     question="A decode step of a tensor-parallel layer runs the fused ring on (4, 4096) "
-             "activations: 4 rows, on N = 8 ranks. How is the LayerNorm work spread over the ranks?",
+             "activations: 4 rows, on N = 8 ranks. How is the LayerNorm work spread over the "
+             "ranks?",
     options={
         "a": "every rank normalises half a row: 1/8 of the work each, as always.",
         "b": "four ranks normalise one row each, four none: 1/4 at most.",
