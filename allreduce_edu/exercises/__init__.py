@@ -10,7 +10,7 @@ One module per lesson: `from allreduce_edu.exercises.lesson03 import check_ring_
 """
 
 from .feedback import Feedback
-from .lesson00 import check_max_allreduce, check_welcome_prediction
+from .lesson00 import check_average, check_welcome_prediction
 from .lesson01 import check_echo, check_prediction, check_small_message_answer
 from .predictions import compare_prediction, record_prediction
 from .registry import (
@@ -25,5 +25,5 @@ from .registry import (
 
 __all__ = ["Feedback", "hint", "solution", "progress", "record_prediction", "compare_prediction",
            "reference", "learner_or_reference",
-           "EXERCISES", "all_exercises", "check_welcome_prediction", "check_max_allreduce",
+           "EXERCISES", "all_exercises", "check_welcome_prediction", "check_average",
            "check_prediction", "check_echo", "check_small_message_answer"]

@@ -10,8 +10,8 @@ from .harness import run_on_ranks
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - the notebook's
 from .spec import Blank, Slip, number
 
-MAX_SOLUTION = """def my_max(comm):
-    return allreduce_edu.allreduce(comm, np.array([comm.rank, -comm.rank]), op="max")"""
+AVERAGE_SOLUTION = """def my_average(comm, grad):
+    return allreduce_edu.allreduce(comm, grad, op="sum") / comm.world_size"""
 
 
 check_welcome_prediction = number(
@@ -26,7 +26,7 @@ check_welcome_prediction = number(
         Slip([float(d.world_size)] * 4, "that is the number of ranks. Each rank contributes its "
              "own array, np.arange(4.0) + 10 * rank, not ones: add those up."),
         Slip((_welcome_inputs(d).sum(axis=0) / d.world_size).tolist(), "that is the average. "
-             "allreduce(op='sum') adds; averaging is a division you do afterwards."),
+             "allreduce(op='sum') adds up; it does not divide."),
         Slip([d.world_size * (d.world_size + 1) / 2] * 4, "that is what first_allreduce above "
              "gave for np.full(4, rank + 1.0); this exercise's input is different: "
              "np.arange(4.0) + 10 * rank."),
@@ -61,39 +61,66 @@ def _welcome_inputs(d) -> np.ndarray:
 
 
 @exercise(
-    "00.2", 'all-reduce with op="max"', kind="code", function="my_max", solution=MAX_SOLUTION,
-    library=(),
-    explanation="Every rank gets [N − 1, 0]: the largest rank, and the largest of −rank "
-                "(rank 0's 0).",
-    hints=("Every rank runs the same function, each with its own data: build this rank's "
-           "two-element array from its rank, the rank itself and then minus the rank.",
-           "You do not write the reduction by hand: the allreduce that first_allreduce above "
-           "calls takes an op, and the op decides how the ranks' values combine. Which op keeps "
-           "the largest value of each element instead of adding them up?",
-           'The key idea: you do not write the reduction, you choose it. Every rank passes its own'
-           ' array and the same op, and every rank gets back the element-wise maximum over all '
-           'ranks.'),
-    key="""from allreduce_edu.exercises.lesson00 import check_max_allreduce
+    "00.2", "average a gradient over the ranks", kind="code", function="my_average",
+    solution=AVERAGE_SOLUTION, library=(),
+    explanation="An all-reduce combines with sum, prod, max or min (NCCL added an average, "
+                "ncclAvg, only in 2.10; gloo and MPI have none): the average is the sum, divided "
+                "on every rank by the number of ranks. Data-parallel training does this to every "
+                "gradient, every step (lesson 08).",
+    hints=("Go back to the top of the lesson: before any rank updates its weights, every rank "
+           "needs the average of everyone's gradients. Which collective combines one array from "
+           "every rank and gives the result back to every rank?",
+           "The allreduce you ran in first_allreduce takes an op, one of sum, prod, max and min: "
+           "there is no 'mean'. Combine with one of them, then finish the job on each rank with "
+           "what every rank knows.",
+           "The key idea: an average is a sum divided by how many values went into it. All-reduce "
+           "the sum, then every rank divides it by the number of ranks, comm.world_size, and "
+           "returns a new array, leaving grad as it was."),
+    key="""from allreduce_edu.exercises.lesson00 import check_average
 
-""" + MAX_SOLUTION + """
+""" + AVERAGE_SOLUTION + """
 
-check_max_allreduce(my_max)""")
-def check_max_allreduce(fn, world_size: int = 3) -> Feedback:
-    """Exercise 00.2: `fn(comm)` must all-reduce [rank, -rank] with op="max" on real gRPC ranks."""
+check_average(my_average)""")
+def check_average(fn, world_size: int = 3) -> Feedback:
+    """Exercise 00.2: `fn(comm, grad)` must return the average of grad over the ranks, on real
+    gRPC ranks, and leave grad unchanged."""
     with Cluster(world_size) as cluster:
-        results, failure = run_on_ranks(cluster, fn)
+        results, failure = run_on_ranks(cluster, _average_on_rank, fn)
     if failure:
-        return failed(f"your function raised {type(failure.error).__name__}: {failure.error}")
-    expected = [world_size - 1, 0]
-    total = sum(range(world_size))
-    for rank, result in enumerate(results):
+        return failed(f"your function raised {type(failure.error).__name__} on {failure.on}: "
+                      f"{failure.error}")
+    grads = [_gradient(rank) for rank in range(world_size)]
+    total, mean = sum(grads), sum(grads) / world_size
+    for rank, (result, unchanged) in enumerate(results):
         if result is None:
-            return failed(f"rank {rank} returned None: return the all-reduce's result.")
-        result = np.asarray(result)
-        if result.tolist() == [total, -total]:
-            return failed(f'rank {rank} got the sum {result.tolist()}: pass op="max".')
-        if result.tolist() != expected:
-            return failed(f"rank {rank} got {result.tolist()}, expected {expected}: each rank "
-                          f"contributes np.array([comm.rank, -comm.rank]).")
-    return passed(f"all {world_size} ranks got {expected}: the largest rank, and the largest of "
-                  f"-rank (0).")
+            return failed(f"rank {rank} returned None: return the average.")
+        result = np.asarray(result, dtype=float)
+        if result.shape == mean.shape and np.allclose(result, grads[rank]) and world_size > 1:
+            return failed(f"rank {rank} returned its own gradient {grads[rank].tolist()}: the "
+                          f"ranks must combine theirs first, with a collective.")
+        if result.shape == mean.shape and np.allclose(result, total):
+            return failed(f"rank {rank} got the sum {total.tolist()}: an all-reduce with "
+                          f'op="sum" adds; the average also divides, by the number of ranks.')
+        if result.shape != mean.shape or not np.allclose(result, mean):
+            return failed(f"rank {rank} got {result.tolist()}, expected the average "
+                          f"{mean.tolist()} of the {world_size} ranks' gradients "
+                          f"({', '.join(str(g.tolist()) for g in grads)}).")
+        if not unchanged:
+            return failed(f"rank {rank} returned the right average but changed grad in place: "
+                          f"return a new array and leave grad as it was (training still "
+                          f"needs it).")
+    return passed(f"all {world_size} ranks got {mean.tolist()}, the average of their gradients, "
+                  f"with their own grad untouched: one all-reduce and a division per step is "
+                  f"data-parallel training's whole communication (lesson 08).")
+
+
+def _gradient(rank: int) -> np.ndarray:
+    """Rank `rank`'s gradient in 00.2's check (it differs on every rank)."""
+    return np.array([1.0, -2.0, 0.5]) * (rank + 1) ** 2 + rank
+
+
+def _average_on_rank(comm, fn):
+    """The learner's fn(comm, grad) on this rank's gradient: (its result, grad left unchanged?)."""
+    grad = _gradient(comm.rank)
+    result = fn(comm, grad)
+    return result, bool(np.array_equal(grad, _gradient(comm.rank)))

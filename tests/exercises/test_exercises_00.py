@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import allreduce_edu
 from allreduce_edu.exercises import (
-    check_max_allreduce,
+    check_average,
     check_welcome_prediction,
     reference,
     registry,
@@ -40,53 +39,65 @@ def test_the_prediction_scaffold_is_not_an_attempt():
     assert 'hint("00.1")' in feedback.message
 
 
-def right(comm):
-    return allreduce_edu.allreduce(comm, np.array([comm.rank, -comm.rank]), op="max")
+def right(comm, grad):
+    return allreduce_edu.allreduce(comm, grad, op="sum") / comm.world_size
 
 
-def summed(comm):
-    return allreduce_edu.allreduce(comm, np.array([comm.rank, -comm.rank]))
+def summed(comm, grad):
+    return allreduce_edu.allreduce(comm, grad)
 
 
-def forgot_return(comm):
-    allreduce_edu.allreduce(comm, np.array([comm.rank, -comm.rank]), op="max")
+def own(comm, grad):
+    return grad.copy()
 
 
-def crashes(comm):
+def forgot_return(comm, grad):
+    allreduce_edu.allreduce(comm, grad, op="sum")
+
+
+def crashes(comm, grad):
     raise RuntimeError("oops")
 
 
-def wrong_input(comm):
-    return allreduce_edu.allreduce(comm, np.array([comm.rank, comm.rank]), op="max")
+def wrong_divisor(comm, grad):
+    return allreduce_edu.allreduce(comm, grad) / (comm.world_size + 1)
 
 
-def my_max(comm):
+def in_place(comm, grad):
+    grad[:] = allreduce_edu.allreduce(comm, grad) / comm.world_size
+    return grad
+
+
+def my_average(comm, grad):
     """The scaffold as the lesson ships it."""
     ...  # your code here, in place of `...`
 
 
-def test_max_allreduce_checker():
-    assert check_max_allreduce(right)
-    assert 'op="max"' in check_max_allreduce(summed).message
-    assert "returned None" in check_max_allreduce(forgot_return).message
-    assert "RuntimeError: oops" in check_max_allreduce(crashes).message
-    assert "np.array([comm.rank, -comm.rank])" in check_max_allreduce(wrong_input).message
+def test_average_checker():
+    assert check_average(right)
+    assert "divides, by the number of ranks" in check_average(summed).message
+    assert "returned its own gradient" in check_average(own).message
+    assert "returned None" in check_average(forgot_return).message
+    assert "RuntimeError on rank" in check_average(crashes).message
+    assert "oops" in check_average(crashes).message
+    assert "expected the average" in check_average(wrong_divisor).message
+    assert "changed grad in place" in check_average(in_place).message
 
 
-def test_max_allreduce_scaffold_is_not_an_attempt():
-    feedback = check_max_allreduce(my_max)
-    assert not feedback and not feedback.attempted and "my_max" in feedback.message
+def test_average_scaffold_is_not_an_attempt():
+    feedback = check_average(my_average)
+    assert not feedback and not feedback.attempted and "my_average" in feedback.message
     assert 'hint("00.2")' in feedback.message
 
 
 def test_the_reference_solution_passes():
     fn = reference("00.2")
-    assert fn.__name__ == "my_max" and check_max_allreduce(fn)
+    assert fn.__name__ == "my_average" and check_average(fn)
 
 
 def test_solutions_are_one_call_away(capsys):
     solution("00.2")
-    assert 'op="max"' in capsys.readouterr().out
+    assert "/ comm.world_size" in capsys.readouterr().out
     solution("00.1")
     assert "[60., 64., 68., 72.]" in capsys.readouterr().out
     with pytest.raises(KeyError, match="00.1"):
@@ -96,7 +107,7 @@ def test_solutions_are_one_call_away(capsys):
 def test_registered_with_hints():
     assert registry.get("00.1").kind == "number" and len(registry.get("00.1").hints) >= 1
     assert registry.get("00.2").kind == "code" and len(registry.get("00.2").hints) >= 2
-    assert "def my_max(" in registry.get("00.2").key
+    assert "def my_average(" in registry.get("00.2").key
 
 
 def test_show_source_shows_the_library_code():
