@@ -120,32 +120,6 @@ def all_gather_bruck(n, s, alpha, beta, gamma=0.0):
     return _log2(n) * alpha + (n - 1) / n * s * beta
 
 
-# --- a schedule on one full-duplex port per rank (the pipelined trees of double_binary_tree) ------
-def scheduled(messages, alpha, beta, gamma=0.0):
-    """Seconds a schedule of (step, src, dst, nbytes, reduced) messages takes: every step waits for
-    its busiest rank, whose sends leave one after another while its receives arrive one after
-    another (full duplex), then it reduces what `reduced` marks."""
-    return _steps(messages, lambda src, dst, nbytes: alpha + nbytes * beta, gamma)
-
-
-def scheduled_on_links(messages, links, gamma=0.0):
-    """`scheduled` on emulated `links`: each message holds its ports for links.seconds(...)."""
-    return _steps(messages, links.seconds, gamma)
-
-
-def _steps(messages, seconds: Callable, gamma: float) -> float:
-    busy: dict[int, dict[int, list[float]]] = {}  # step -> rank -> [out, in, reduce] seconds
-    for step, src, dst, nbytes, reduced in messages:
-        ranks = busy.setdefault(step, {})
-        t = seconds(src, dst, nbytes)
-        ranks.setdefault(src, [0.0, 0.0, 0.0])[0] += t
-        port = ranks.setdefault(dst, [0.0, 0.0, 0.0])
-        port[1] += t
-        port[2] += nbytes * gamma if reduced else 0.0
-    return sum(max(max(out, into) + red for out, into, red in ranks.values())
-               for ranks in busy.values())
-
-
 def predict(algorithm: str, world_size: int, nbytes: float, alpha: float, beta: float,
             gamma: float = 0.0) -> float:
     """Predicted seconds for an all-reduce of `nbytes` per rank on `world_size` ranks."""

@@ -47,11 +47,11 @@ def _link(links) -> Link:
     """One Link from (alpha, beta), a Link, or uniform Links (Links.flat)."""
     if isinstance(links, (tuple, list)) and len(links) == 2:
         return Link(float(links[0]), float(links[1]))
-    link = links.uniform if hasattr(links, "uniform") else links
-    if link is None or not hasattr(link, "alpha"):
+    link = links.uniform if isinstance(links, Links) else links
+    if not isinstance(link, Link):
         raise ValueError(f"tune needs one α and β: pass (alpha, beta), a Link or Links.flat(...), "
                          f"got {links!r}")
-    return Link(link.alpha, link.beta, getattr(link, "in_flight", False))
+    return link
 
 
 def tune(world_size: int, sizes, links, algorithms=None, protocols=PROTOCOLS,
@@ -80,11 +80,14 @@ def tune(world_size: int, sizes, links, algorithms=None, protocols=PROTOCOLS,
 def _predict(algorithm: str, n: int, size: float, link: Link, protocol: Protocol,
              gamma: float) -> float:
     """The algorithm's time with the protocol's α added to the link's and its share of the
-    bandwidth; on in-flight links, as the testbed runs it there (costmodel.predict_on_links)."""
+    bandwidth; on in-flight links, as the testbed runs it there (costmodel.predict_on_links: the
+    double binary tree's programs overlap their α's; the other formulas, one message per step and
+    port, pay α per step either way; no γ there)."""
     alpha, beta = link.alpha + protocol.alpha, link.beta / protocol.efficiency
     if link.in_flight and n > 1:
+        bandwidth = 1 / beta if beta else float("inf")
         return costmodel.predict_on_links(algorithm, n, size,
-                                          Links.flat(alpha, 1 / beta, in_flight=True))
+                                          Links.flat(alpha, bandwidth, in_flight=True))
     return costmodel.predict(algorithm, n, size, alpha, beta, gamma)
 
 

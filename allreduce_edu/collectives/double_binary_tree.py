@@ -159,16 +159,15 @@ def double_binary_tree(comm, x, op: str = "sum", chunks: int | None = None) -> n
     one collective."""
     check_op(comm, op)
     x = check_array(x, f"allreduce input on rank {comm.rank}")
-    link = _link(comm)
+    link = link_between_nodes(comm)
     with comm.collective("allreduce", algorithm="double_binary_tree", op=op, dtype=x.dtype,
                          shape=x.shape):
         return _pipelined(comm, x, chunks or pipeline_chunks(x.nbytes, link), op, link)
 
 
-def _link(comm) -> Link | None:
+def link_between_nodes(comm) -> Link | None:
     """The emulated link between this world's nodes (None: no emulated links)."""
-    links = getattr(comm, "links", None)
-    return links.inter if links is not None else None
+    return comm.links.inter if comm.links is not None else None
 
 
 # without emulated links, ranks order their messages as on the course's testbed
@@ -184,7 +183,8 @@ def programs(world_size: int, chunks: int, nbytes: float, link: Link | None = No
     messages, into = {}, {}
     for step, tag, piece, src, dst in schedule(world_size, chunks):
         key = (step, tag, piece, src, dst)
-        messages[key] = (src, dst, nbytes / (2 * chunks), tag == "reduce")
+        piece_bytes = nbytes / (2 * chunks)
+        messages[key] = (src, dst, piece_bytes, piece_bytes if tag == "reduce" else 0.0)
         into.setdefault((dst, piece, tag), set()).add(key)
     roots = [t.root for t in trees(world_size)]
     needs = {key: (into.get((src, piece, "reduce"), set())
@@ -212,8 +212,11 @@ def _pipelined(comm, x: np.ndarray, chunks: int, op: str, link: Link | None) -> 
     return out.reshape(x.shape)
 
 
-def _model(n: int, s: float, link: Link, link_of, gamma: float = 0.0) -> float:
-    k = pipeline_chunks(int(s), link)
+def model(n: int, s: float, link: Link, link_of, gamma: float = 0.0,
+          chunks: int | None = None) -> float:
+    """Seconds every rank's program takes on one port per rank (portsim), `link_of(src, dst)` the
+    Link a message crosses; `chunks` per tree (default: pipeline_chunks for `link`)."""
+    k = chunks or pipeline_chunks(int(s), link)
     return portsim.run(programs(n, k, float(s), link), link_of, gamma)
 
 
@@ -221,12 +224,12 @@ def cost(n, s, alpha, beta, gamma=0.0):
     """Both trees at once, K chunks each, every rank issuing its messages in its program's order,
     on one full-duplex port per rank whose messages hold it for α + n·β (comm.links)."""
     link = Link(alpha, beta)
-    return _model(n, s, link, lambda src, dst: link, gamma)
+    return model(n, s, link, lambda src, dst: link, gamma)
 
 
 def link_cost(n, s, links):
     """The same programs on emulated `links` (in flight or not), as the testbed runs them."""
-    return _model(n, s, links.inter, links.link)
+    return model(n, s, links.inter, links.link)
 
 
 @allreduce_algorithm("double_binary_tree", layout="double_tree",
@@ -234,5 +237,5 @@ def link_cost(n, s, links):
                      colour="#7B3294")
 def allreduce_double_binary_tree(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
     """Two mirrored binary trees each reduce and broadcast half the buffer, pipelined in chunks."""
-    link = _link(comm)
+    link = link_between_nodes(comm)
     return _pipelined(comm, x, pipeline_chunks(x.nbytes, link), op, link)

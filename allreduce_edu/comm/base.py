@@ -251,9 +251,10 @@ class Communicator(Comm):
         """Release the transport's resources (transports call this first)."""
         with self._progress_lock:
             progress, self._progress = self._progress, None
+        if progress is not None:  # the communication thread of non-blocking collectives, whose
+            progress.close()      # last sends may still need the courier
+        with self._progress_lock:
             courier, self._courier = self._courier, None
-        if progress is not None:  # the communication thread of non-blocking collectives
-            progress.close()
         if courier is not None:  # messages still in flight are posted first
             courier.close()
 

@@ -1,7 +1,8 @@
 """What an algorithm may use of a communicator: the one contract every communicator-shaped object
 keeps (transports' Communicator, comm.group.Group, the checkers' Spy). Introduced in lessons/01.
 
-An algorithm (allreduce_edu.collectives) reads `rank`, `world_size` and `ranks_per_node`, moves
+An algorithm (allreduce_edu.collectives) reads `rank`, `world_size`, `ranks_per_node` and, to plan
+on them, the emulated `links` its messages cross (the double binary tree's order), moves
 arrays with `send`, `recv`, `isend` and `sendrecv`, may `barrier`, fills arrays from `send_buffer`,
 and marks its messages as one collective with `with comm.collective(...)`. Nothing else: not the
 trace, the timeout or the transport. A class that subclasses `Comm` and gives the first seven gets
@@ -24,6 +25,7 @@ class Comm(Protocol):
     rank: int
     world_size: int
     ranks_per_node: int | None  # consecutive ranks that share a node; None: unknown (flat)
+    links = None  # the emulated links (comm.links.Links) its messages cross; None: none
 
     def send(self, dst: int, array, tag: str, *, step: int = -1, chunk=None) -> None:
         """Send `array` to `dst`; returns once your array is free again (eager)."""

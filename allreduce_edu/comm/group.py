@@ -26,6 +26,7 @@ class Group(Comm):
         self.parent, self.ranks, self.name = comm, ranks, name
         self.rank, self.world_size = ranks.index(comm.rank), len(ranks)
         self.ranks_per_node: int | None = None  # a group is flat unless told otherwise
+        self.links = comm.links  # its messages cross the parent's links
 
     def __repr__(self) -> str:
         return f"Group({self.name!r}, ranks={self.ranks}, rank={self.rank})"

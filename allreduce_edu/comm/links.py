@@ -64,11 +64,6 @@ def sleep_until(deadline: float) -> None:
         time.sleep(left - EARLY if left > 2 * EARLY else left)
 
 
-def hold(seconds: float) -> None:
-    """Block for `seconds` without using the CPU (sleep_until)."""
-    sleep_until(time.monotonic() + seconds)
-
-
 class Ports:
     """When each rank's egress and ingress port is next free, shared by the ranks of one cluster
     (shared memory and a lock: made by the Cluster, inherited by the rank processes it spawns)."""

@@ -80,7 +80,7 @@ class Spy(Comm):
     def __init__(self, comm, allowed=("send", "recv", "sendrecv")):
         self._comm, self._allowed = comm, tuple(allowed)
         self.rank, self.world_size = comm.rank, comm.world_size
-        self.ranks_per_node = comm.ranks_per_node
+        self.ranks_per_node, self.links = comm.ranks_per_node, comm.links
         self.sends: list[tuple] = []
 
     def _note(self, dst, array) -> None:

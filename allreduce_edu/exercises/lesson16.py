@@ -12,9 +12,16 @@ import time
 
 import numpy as np
 
-from .. import portsim
 from ..collectives import all_gather, allreduce
-from ..collectives.double_binary_tree import Tree, btree, double_binary_tree, programs, trees
+from ..collectives.double_binary_tree import (
+    Tree,
+    btree,
+    double_binary_tree,
+    link_between_nodes,
+    model,
+    programs,
+    trees,
+)
 from ..comm.links import Links
 from ..runtime import TESTBED, Cluster
 from ..tuner import tune
@@ -58,7 +65,7 @@ def interior(tree: Tree) -> list[int]:
 def pipelined_model(world_size: int, nbytes: float, chunks: int, links: Links = TESTBED) -> float:
     """Seconds the double binary tree takes on `links` with `chunks` per tree: every rank's
     messages in its program's order, on one port per rank (portsim)."""
-    return portsim.run(programs(world_size, chunks, float(nbytes), links.inter), links.link)
+    return model(world_size, nbytes, links.inter, links.link, chunks=chunks)
 
 
 def time_chunks(comm, nbytes: int, chunk_counts, reps: int = 1) -> dict[int, float]:
@@ -66,6 +73,7 @@ def time_chunks(comm, nbytes: int, chunk_counts, reps: int = 1) -> dict[int, flo
     barrier."""
     x, out = np.ones(nbytes // 4, np.float32), {}
     for k in chunk_counts:
+        programs(comm.world_size, k, float(x.nbytes), link_between_nodes(comm))  # planned, untimed
         times = []
         for _ in range(reps):
             comm.barrier()

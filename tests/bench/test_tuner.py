@@ -8,6 +8,7 @@ import types
 import pytest
 
 from allreduce_edu import costmodel
+from allreduce_edu.comm.links import Link, Links
 from allreduce_edu.tuner import PROTOCOLS, print_table, table_lines, tune
 
 SIMPLE = [p for p in PROTOCOLS if p.name == "Simple"]
@@ -67,12 +68,14 @@ def test_the_table_reads_like_ncclss(capsys):
 
 
 def test_links_are_read_for_their_alpha_and_beta():
-    link = types.SimpleNamespace(alpha=TESTBED[0], beta=TESTBED[1])
-    flat = types.SimpleNamespace(uniform=link)
+    link = Link(TESTBED[0], TESTBED[1])
+    flat = Links.flat(TESTBED[0], 1 / TESTBED[1])
     expected = tune(8, [1 << 20], TESTBED)[0]["time"]
     assert tune(8, [1 << 20], link)[0]["time"] == tune(8, [1 << 20], flat)[0]["time"] == expected
+    with pytest.raises(ValueError, match="one α and β"):  # two levels: no one α and β
+        tune(8, [1 << 20], Links.two_level(4, intra=(1e-5, 1e-10), inter=TESTBED))
     with pytest.raises(ValueError, match="one α and β"):
-        tune(8, [1 << 20], types.SimpleNamespace(uniform=None))
+        tune(8, [1 << 20], types.SimpleNamespace(alpha=TESTBED[0], beta=TESTBED[1]))
     with pytest.raises(ValueError, match="cost formula"):
         tune(8, [1 << 20], TESTBED, ["butterfly"])
 

@@ -18,7 +18,7 @@ from allreduce_edu.comm.local import LocalWorld
 from allreduce_edu.exercises.harness import Spy
 from allreduce_edu.runtime.transports import TRANSPORTS
 
-MEMBERS = ("rank", "world_size", "ranks_per_node", "send", "isend", "recv", "sendrecv", "barrier",
+MEMBERS = ("rank", "world_size", "ranks_per_node", "links", "send", "isend", "recv", "sendrecv", "barrier",
            "send_buffer", "collective")
 
 

@@ -217,3 +217,10 @@ def test_the_new_algorithms_run_between_nodes_in_hierarchical(inter):
     x = [np.arange(10.0) * (r + 1) for r in range(6)]
     results = cluster_for("local", 6).run(lambda comm: hierarchical(comm, x[comm.rank], "sum", 2, inter))
     assert all(np.array_equal(y, np.arange(10.0) * 21) for y in results)
+
+
+def test_gamma_is_paid_per_byte_reduced():
+    """The reduce work is γ per byte: the root of a tree alone adds its children's halves."""
+    s, alpha, beta, gamma = 64 << 20, 1e-5, 1e-9, 1e-9
+    dbt = costmodel.COSTS["double_binary_tree"]
+    assert dbt(8, s, alpha, beta, gamma) - dbt(8, s, alpha, beta, 0.0) >= gamma * s / 2

@@ -14,7 +14,7 @@ from conftest import cluster_for
 
 import allreduce_edu as ae
 from allreduce_edu.collectives.hierarchical import hierarchical, node_size
-from allreduce_edu.comm.links import Link, Links, hold, parse_topology
+from allreduce_edu.comm.links import Link, Links, parse_topology, sleep_until
 from allreduce_edu.costmodel import predict_on_links
 
 MiB = 1 << 20
@@ -38,12 +38,12 @@ def test_links_read_like_a_datasheet_and_pickle():
         parse_topology("2by2")
 
 
-def test_hold_is_accurate_where_sleep_overshoots():
+def test_sleep_until_is_accurate_where_sleep_overshoots():
     for seconds in (100e-6, 1e-3, 5e-3):
         times = []
         for _ in range(15):
             t0 = time.perf_counter()
-            hold(seconds)
+            sleep_until(time.monotonic() + seconds)
             times.append(time.perf_counter() - t0)
         assert min(times) >= seconds  # never early; late only when the host's scheduler is busy elsewhere
         assert min(times) == pytest.approx(seconds, rel=0.2, abs=50e-6)
