@@ -8,6 +8,8 @@ and three machines, and names the first case where its pick is not the model's f
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..bench import combine, measure
 from ..costmodel import crossover, predict  # noqa: F401 - lesson 10 imports crossover from here
 from .feedback import Feedback, failed, not_attempted, passed
@@ -234,19 +236,18 @@ def measured_crossover(rows, a: str = "tree", b: str = "ring") -> tuple[int | No
     return None
 
 
-def interpolated_crossover(rows, a: str = "tree", b: str = "ring") -> float | None:
-    """From measured rows: the size in bytes where `b` becomes faster than `a`, on the straight
-    line between the two measured sizes around it (times are straight lines in the size).
-
-    None when `b` is not faster at the largest size; the smallest size when `b` is faster at
-    every size."""
-    found = measured_crossover(rows, a, b)
-    if found is None:
+def line_crossover(rows, a: str = "tree", b: str = "ring") -> float | None:
+    """From measured rows: the size in bytes where the straight lines fitted through `a`'s and
+    `b`'s times (least squares over every measured size: times are straight lines in the size)
+    cross, `b` faster above it. One noisy run moves it little, where the sizes around a crossing
+    would move with it. None when `b`'s line never gets below `a`'s at a positive size."""
+    lines = {}
+    for name in (a, b):
+        points = np.array(sorted((r["bytes"], r["time_us"]) for r in rows
+                                 if r["algorithm"] == name), dtype=float)
+        lines[name] = np.polyfit(points[:, 0], points[:, 1], 1)  # (slope, intercept)
+    (slope_a, start_a), (slope_b, start_b) = lines[a], lines[b]
+    if slope_b >= slope_a:
         return None
-    below, first = found
-    if below is None:
-        return float(first)
-    times = {(r["algorithm"], r["bytes"]): r["time_us"] for r in rows}
-    # b's lead over a: ≤ 0 at `below` (a no slower), > 0 at `first`
-    lead_below, lead_first = (times[a, s] - times[b, s] for s in (below, first))
-    return below + (first - below) * -lead_below / (lead_first - lead_below)
+    size = (start_b - start_a) / (slope_a - slope_b)
+    return float(size) if size > 0 else None

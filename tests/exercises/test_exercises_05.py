@@ -168,16 +168,23 @@ def test_the_key_cells_pass(exercise):
     assert namespace["result"], namespace["result"]
 
 
-def test_interpolated_crossover_lies_where_the_measured_lines_cross():
-    from allreduce_edu.exercises.lesson05 import interpolated_crossover
+def test_line_crossover_lies_where_the_fitted_lines_cross_and_shrugs_off_one_noisy_run():
+    from allreduce_edu.exercises.lesson05 import line_crossover
 
-    rows = [{"algorithm": a, "bytes": s, "time_us": t} for a, s, t in [
-        ("tree", 8, 1), ("ring", 8, 3), ("tree", 1024, 2), ("ring", 1024, 3), ("tree", 2048, 6),
-        ("ring", 2048, 4)]]
-    assert interpolated_crossover(rows) == pytest.approx(1024 + 1024 * 1 / 3)  # lead -1, then +2
-    assert interpolated_crossover(rows, "ring", "tree") is None
-    faster = [dict(r, time_us=9) if r["algorithm"] == "tree" else r for r in rows]
-    assert interpolated_crossover(faster) == 8  # the ring is faster everywhere
+    mib = 1 << 20
+    sizes = [8, mib // 4, mib // 2, mib, 3 * mib // 2, 2 * mib, 4 * mib, 8 * mib]
+    lines = {"tree": (40.0, 40.0), "ring": (70.0, 15.0)}  # ms at 0 B, ms per MiB: cross at 1.2 MiB
+    rows = [{"algorithm": a, "bytes": s, "time_us": c + k * s / mib}
+            for a, (c, k) in lines.items() for s in sizes]
+    assert line_crossover(rows) == pytest.approx(1.2 * mib)
+    assert line_crossover(rows, "ring", "tree") is None  # the tree's line never gets below
+    noisy = [dict(r, time_us=r["time_us"] * 1.25) if (r["algorithm"], r["bytes"]) == ("ring", 2 * mib)
+             else r for r in rows]  # the ring 25 % slow at 2 MiB: slower than the tree there
+    assert noisy[sizes.index(2 * mib) + len(sizes)]["time_us"] > rows[sizes.index(2 * mib)]["time_us"]
+    assert measured_crossover(noisy) == (2 * mib, 4 * mib)  # the sizes around it jump past 2 MiB
+    assert line_crossover(noisy) == pytest.approx(1.2 * mib, rel=0.15)  # the lines hardly move
+    faster = [dict(r, time_us=r["time_us"] + 1000) if r["algorithm"] == "tree" else r for r in rows]
+    assert line_crossover(faster) is None  # the ring is faster everywhere: no crossing above 0
 
 
 def test_no_cell_above_the_exercise_shows_the_formulas_in_code():
