@@ -21,17 +21,6 @@ LESSONS = {p.name[:2]: course.read(p) for p in course.lesson_files()}
 CODE = sorted(i for i, ex in EXERCISES.items() if ex.kind == "code")
 PACKAGE = Path(allreduce_edu.__file__).parent
 
-# lessons another helper is restructuring: the lead removes these after merging their branches
-RESTRUCTURED: dict[str, str] = {}  # exercises whose lesson is being rebuilt: none now
-# giveaways found here that need more than moving a cell: for the lead
-KNOWN_PRINTED: dict[str, str] = {}  # none left
-
-
-def _expected_failure(table: dict, exercise: str):
-    marks = [pytest.mark.xfail(reason=table[exercise], strict=True)] if exercise in table else []
-    return pytest.param(exercise, marks=marks)
-
-
 # --- what a cell shows ------------------------------------------------------------------------
 def _text(value) -> str:
     return "".join(value) if isinstance(value, list) else (value or "")
@@ -112,7 +101,7 @@ def shown_above(exercise: str, nb: dict) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("exercise", [_expected_failure(RESTRUCTURED, i) for i in CODE])
+@pytest.mark.parametrize("exercise", CODE)
 def test_no_cell_above_a_code_exercise_shows_its_solution_or_the_librarys_version(exercise):
     problems = shown_above(exercise, LESSONS[exercise[:2]])
     assert not problems, f"{exercise} is answered above its question: " + "; ".join(problems)
@@ -232,7 +221,7 @@ def printed_answers(exercise: str, nb: dict) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("exercise", [_expected_failure(KNOWN_PRINTED, i) for i in NUMBERS])
+@pytest.mark.parametrize("exercise", NUMBERS)
 def test_no_number_exercise_answer_is_printed_in_its_lesson(exercise):
     found = printed_answers(exercise, LESSONS[exercise[:2]])
     assert not found, f"{exercise}'s answer is printed in its lesson: " + "\n".join(found)
