@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import tempfile
@@ -17,19 +18,48 @@ if _outer:
 os.environ["ALLREDUCE_EDU_DATA_DIR"] = tempfile.mkdtemp(prefix="allreduce-edu-test-data-", dir=_outer or None)
 
 import allreduce_edu as ae  # noqa: E402 - after the data folder is set
+from allreduce_edu.comm.transports.shm import backend as shm_backends  # noqa: E402
+from allreduce_edu.comm.transports.shm import linux as shm_linux  # noqa: E402
 
-_clusters: dict[tuple[str, int], ae.Cluster] = {}
+_clusters: dict[tuple, ae.Cluster] = {}
 
 
-def cluster_for(transport: str, world_size: int, timeout: float = 30.0) -> ae.Cluster:
-    """A running cluster of this size, shared by every test that asks for one (restarted if broken)."""
-    key = (transport, world_size)
+@contextlib.contextmanager
+def backend_env(backend: str | None):
+    """The shared-memory backend (linux, portable) for ranks started inside; None: as it is."""
+    saved = os.environ.get(shm_backends.ENV)
+    if backend is not None:
+        os.environ[shm_backends.ENV] = backend
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(shm_backends.ENV, None)
+        else:
+            os.environ[shm_backends.ENV] = saved
+
+
+def cluster_for(transport: str, world_size: int, timeout: float = 30.0, backend: str | None = None) -> ae.Cluster:
+    """A running cluster of this size, shared by every test that asks for one (restarted if broken);
+    `backend` picks the shared-memory backend its ranks use (None: this process's choice)."""
+    key = (transport, world_size, backend)
     cluster = _clusters.get(key)
     if cluster is None or cluster.closed:
-        cluster = _clusters[key] = ae.Cluster(world_size, transport=transport, timeout=timeout)
+        with backend_env(backend):
+            cluster = _clusters[key] = ae.Cluster(world_size, transport=transport, timeout=timeout)
     elif "dead" in repr(cluster):
-        cluster.restart()
+        with backend_env(backend):
+            cluster.restart()
     return cluster
+
+
+@pytest.fixture(params=["linux", "portable"])
+def shm_backend(request) -> str:
+    """Each shared-memory backend that this system has (the portable one everywhere)."""
+    if request.param == "linux" and not shm_linux.available():
+        pytest.skip("the linux shm backend needs memfd, seals, SO_PEERCRED and SOCK_SEQPACKET: Linux only")
+    with backend_env(request.param):
+        yield request.param
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -54,12 +84,13 @@ def no_leftover_processes():
 
 
 def shm_objects() -> int:
-    """Shared memory this user holds anywhere: /dev/shm entries, plus our memfd mappings."""
+    """Shared memory this user holds anywhere: /dev/shm entries, plus our mappings (memfds, and the
+    portable backend's files, named or already unlinked)."""
     count = len(os.listdir("/dev/shm"))
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/maps") as f:
-                count += sum("memfd:allreduce-edu" in line for line in f)
+                count += sum("allreduce-edu" in line for line in f)
         except OSError:
             pass  # gone, or not ours
     return count

@@ -11,7 +11,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
+import sys
 import time
+import uuid
 from concurrent import futures
 
 import grpc
@@ -31,22 +34,32 @@ SERVER_OPTIONS = [("grpc.so_reuseport", 0)]  # one port, one rank
 
 
 def host_identity() -> str:
-    """Which machine this is, as shared memory sees it: the boot id and the network namespace
-    (ranks in two namespaces cannot reach each other's abstract Unix sockets)."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-        return f"{boot}/{os.stat('/proc/self/ns/net').st_ino}"
-    except OSError:  # not Linux: no shared memory transport
-        return ""
+    """Which machine this is, as shared memory sees it. On Linux the boot id and the network
+    namespace (ranks in two namespaces reach neither each other's abstract Unix sockets nor each
+    other's loopback); elsewhere the host's name and hardware address."""
+    if sys.platform.startswith("linux"):
+        try:
+            with open("/proc/sys/kernel/random/boot_id") as f:
+                boot = f.read().strip()
+            return f"{boot}/{os.stat('/proc/self/ns/net').st_ino}"
+        except OSError:  # no /proc mounted: as elsewhere
+            pass
+    return portable_host_identity()
+
+
+def portable_host_identity() -> str:
+    """The host's name and hardware address (uuid.getnode), as every system can tell them."""
+    return f"{socket.gethostname()}/{uuid.getnode():012x}"
 
 
 class GrpcCommunicator(Communicator):
     """A rank whose messages travel over gRPC between processes (or machines), or, given
-    `nearby` (the shm transport: comm.shm.ShmLinks), over shared memory to peers on this machine.
+    `nearby` (the shm transport: comm.transports.shm.ShmLinks), over shared memory to peers on
+    this machine.
 
     `routes` is the peer -> link table its sends and receives read: a gRPC PeerLink
-    (comm.grpc_link) to every peer, replaced by a ShmLink (comm.shm_link) where `nearby` made one.
+    (comm.grpc_link) to every peer, replaced by a ShmLink (comm.transports.shm) where `nearby`
+    made one.
     """
 
     def __init__(self, rank: int, world_size: int, *, token: str, host: str = "127.0.0.1",

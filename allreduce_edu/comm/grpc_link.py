@@ -1,6 +1,6 @@
 """One gRPC link between two ranks: a client stream of frames to the peer that stays open for the
 cluster's life (allreduce_edu.comm.grpc keeps one per peer, and uses it unless a shared-memory link
-to that peer, allreduce_edu.comm.shm_link, takes its messages)."""
+to that peer, allreduce_edu.comm.transports.shm.link, takes its messages)."""
 
 from __future__ import annotations
 

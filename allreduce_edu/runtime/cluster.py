@@ -25,7 +25,7 @@ class Cluster:
     transport="grpc": one process per rank, each a gRPC server on `host`
     (127.0.0.1: this machine only), with TLS when `tls` (a `TLS` of PEM bytes) is given.
     transport="shm": the same processes, gRPC for control; their messages' bytes go through
-    shared memory (allreduce_edu.comm.shm).
+    shared memory (allreduce_edu.comm.transports.shm).
     transport="local": one thread per rank in this process, for instant traces and tests.
     `timeout` bounds every wait for a peer, in seconds.
     `links` (see allreduce_edu.comm.links) delays every message as an emulated network link would.

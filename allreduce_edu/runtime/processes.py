@@ -5,7 +5,6 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.connection
 import queue
-import signal
 import sys
 import threading
 import time
@@ -13,6 +12,7 @@ import time
 import cloudpickle
 
 from ..comm.errors import CollectiveError, RankFailure
+from .osfacts import signal_name
 from .shipping import ship
 from .worker import ClusterStart, Report, main
 
@@ -65,11 +65,14 @@ class ProcessRanks:
         # never fork: gRPC and Numba's threads are not fork-safe
         ctx = multiprocessing.get_context("spawn")
         self.conns, self.procs = [], []
+        # names of the ranks' shared memory, if it has names: swept at close, whatever ranks did
+        self.scratch = transport.scratch() if transport.scratch else None
         for rank in range(world_size):
             parent_end, child_end = ctx.Pipe()
             proc = ctx.Process(target=main, name=f"allreduce-edu-rank-{rank}", daemon=True,
                                args=(ClusterStart(rank, world_size, token, host, timeout,
-                                                  child_end, tls, links, transport),))
+                                                  child_end, tls, links, transport,
+                                                  self.scratch),))
             started(proc)
             child_end.close()
             self.conns.append(parent_end)
@@ -147,7 +150,7 @@ class ProcessRanks:
             if (proc.sentinel in ready and not proc.is_alive()
                     and not any(r.rank == rank for r in reports)):
                 code = proc.exitcode
-                how = (f"killed by {signal.Signals(-code).name}" if code and code < 0
+                how = (f"killed by {signal_name(code)}" if signal_name(code)
                        else f"exit code {code}")
                 reports.append(Report(rank, run_id, kind="died", error=RankFailure(
                     f"rank {rank} died ({how})", ranks=(rank,))))
@@ -178,6 +181,8 @@ class ProcessRanks:
                 proc.join(5.0)
         for conn in self.conns:
             conn.close()
+        if self.scratch is not None:
+            self.scratch.sweep()
 
 
 class _Closed:

@@ -10,25 +10,30 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from ..comm.grpc import GrpcCommunicator
-from ..comm.shm import ShmLinks
+from ..comm.transports.shm import ShmLinks
+from ..comm.transports.shm.backend import chosen
+from ..comm.transports.shm.portable import Portable, Scratch
 from .processes import ProcessRanks
 from .threads import ThreadRanks
 
 
 @dataclass(frozen=True)
 class Transport:
-    """One row: `communicator(rank, world_size, token=, host=, port=, timeout=, tls=)` builds a
-    rank process's communicator (None: ranks are threads, built by `ranks`); `ranks(transport,
-    world_size, timeout, host, tls, links)` starts a Cluster's ranks; `launchable`: init() and
-    `allreduce-edu launch --transport` may use it."""
+    """One row: `communicator(rank, world_size, token=, host=, port=, timeout=, tls=, scratch=)`
+    builds a rank process's communicator (None: ranks are threads, built by `ranks`);
+    `ranks(transport, world_size, timeout, host, tls, links)` starts a Cluster's ranks;
+    `launchable`: init() and `allreduce-edu launch --transport` may use it; `scratch()`: what a
+    Cluster hands its ranks to name their shared memory by, and `sweep()`s at close, or None."""
 
     name: str
     summary: str
     ranks: Callable
     communicator: Callable | None = None
     launchable: bool = False
+    scratch: Callable | None = None
 
     @property
     def processes(self) -> bool:
@@ -36,12 +41,17 @@ class Transport:
         return self.communicator is not None
 
 
-def grpc_rank(rank: int, world_size: int, **kwargs) -> GrpcCommunicator:
+def grpc_rank(rank: int, world_size: int, scratch=None, **kwargs) -> GrpcCommunicator:
     return GrpcCommunicator(rank, world_size, **kwargs)
 
 
-def shm_rank(rank: int, world_size: int, **kwargs) -> GrpcCommunicator:
-    return GrpcCommunicator(rank, world_size, nearby=ShmLinks, **kwargs)
+def shm_rank(rank: int, world_size: int, scratch=None, **kwargs) -> GrpcCommunicator:
+    return GrpcCommunicator(rank, world_size, nearby=partial(ShmLinks, scratch=scratch), **kwargs)
+
+
+def shm_scratch() -> Scratch | None:
+    """The names of the portable backend's segments (the linux one's have none)."""
+    return Scratch() if chosen() is Portable else None
 
 
 def process_ranks(transport: Transport, world_size, timeout, host, tls, links) -> ProcessRanks:
@@ -56,7 +66,8 @@ TRANSPORTS: dict[str, Transport] = {row.name: row for row in (
     Transport("grpc", "one process per rank, each a gRPC server; messages over gRPC streams",
               process_ranks, grpc_rank, launchable=True),
     Transport("shm", "the gRPC processes; between ranks of one machine, messages' bytes through "
-              "shared memory (comm/shm.py)", process_ranks, shm_rank, launchable=True),
+              "shared memory (comm/transports/shm)", process_ranks, shm_rank, launchable=True,
+              scratch=shm_scratch),
     Transport("local", "one thread per rank in this process (comm/local.py): instant traces",
               thread_ranks),
 )}

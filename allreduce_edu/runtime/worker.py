@@ -20,6 +20,7 @@ import cloudpickle
 import setproctitle
 
 from ..comm.errors import CollectiveError
+from .osfacts import parent_watch, usable_cpus
 
 # seconds a process gets to stop when asked (an aborted rank, a SIGTERMed one) before it is killed
 GRACE = 3.0
@@ -105,7 +106,7 @@ def become_rank(rank: int, world_size: int, parent: int | None, role: str, *,
         # never to the inherited stderr: in Jupyter it would land in whichever cell runs
         logger.propagate = False
     # ranks share this machine's cores: give each rank's Numba kernels its share, not all of them
-    share = max(1, (os.cpu_count() or 1) // (sharing or world_size))
+    share = max(1, usable_cpus() // (sharing or world_size))
     os.environ.setdefault("NUMBA_NUM_THREADS", str(share))
     sys.setswitchinterval(2e-4)  # hand the GIL over often: gRPC threads and the algorithm share it
     if parent:
@@ -117,7 +118,8 @@ def become_rank(rank: int, world_size: int, parent: int | None, role: str, *,
 def _watch_parent(parent: int) -> None:
     """Exit as soon as the process that started this rank is gone: no rank outlives its caller
     (the portable watch; on Linux the kernel's below needs no thread at all)."""
-    while os.getppid() == parent:
+    alive = parent_watch(parent)
+    while alive():
         time.sleep(0.5)
     os._exit(1)
 
@@ -196,8 +198,8 @@ class ClusterStart:
     one_shot = False
 
     def __init__(self, rank, world_size, token, host, timeout, conn, tls=None, links=None,
-                 transport=None):
-        self.rank, self.world_size, self.token = rank, world_size, token
+                 transport=None, scratch=None):
+        self.rank, self.world_size, self.token, self.scratch = rank, world_size, token, scratch
         self.host, self.timeout, self.transport = host, timeout, transport
         self.conn, self.tls, self.links = conn, tls, links
 
@@ -210,7 +212,8 @@ class ClusterStart:
         become_rank(self.rank, self.world_size, os.getppid(), "cluster")
         # the transport's row (runtime/transports.py) says how a rank builds its communicator
         comm = self.transport.communicator(self.rank, self.world_size, token=self.token,
-                                           host=self.host, timeout=self.timeout, tls=self.tls)
+                                           host=self.host, timeout=self.timeout, tls=self.tls,
+                                           scratch=self.scratch)
         comm.use_links(self.links)
         self.send(("ready", comm.address))
         _, addresses = self.conn.recv()

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from allreduce_edu.comm import doorbell
 from allreduce_edu.comm.base import WIRE_DTYPES
 from allreduce_edu.comm.mailbox import Message, Signature
+from allreduce_edu.comm.transports.shm import doorbell
 from allreduce_edu.comm.wire import WireError, check_header, to_message
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)

@@ -1,11 +1,14 @@
-"""The shared-memory transport: gRPC for control, memfd segments and a Unix socket for the bytes."""
+"""The shared-memory transport: gRPC for control, segments and a doorbell socket for the bytes, on
+each backend (linux: memfds and a Unix socket; portable: named shared memory and a loopback socket)."""
 
 from __future__ import annotations
 
 import os
 import socket
+import stat
 import struct
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -15,10 +18,15 @@ from hypothesis import strategies as st
 
 import allreduce_edu as ae
 from allreduce_edu.collectives import ALGORITHMS, OPS
-from allreduce_edu.comm import doorbell
-from allreduce_edu.comm.segments import POOL_BYTES, Pool, Segment, size_class
-from allreduce_edu.comm.shm_link import INLINE_BYTES, MESSAGE, RELEASE
+from allreduce_edu.comm.transports.shm import backend, doorbell, linux, portable
+from allreduce_edu.comm.transports.shm.backend import INLINE_BYTES
+from allreduce_edu.comm.transports.shm.link import MESSAGE, RELEASE
+from allreduce_edu.comm.transports.shm.segments import POOL_BYTES, Pool, size_class
 from allreduce_edu.runtime.transports import TRANSPORTS
+
+BACKENDS = ["linux", "portable"] if linux.available() else ["portable"]
+needs_linux = pytest.mark.skipif(not linux.available(), reason="the linux shm backend needs memfd, seals, "
+                                 "SO_PEERCRED and SOCK_SEQPACKET: Linux only")
 
 
 @st.composite
@@ -26,14 +34,45 @@ def cases(draw):
     n = draw(st.sampled_from([2, 4]))
     size = draw(st.sampled_from([0, 1, 7, 97, INLINE_BYTES // 8 + 1, 100_003]))  # inline and in segments
     return (n, draw(st.sampled_from(sorted(ALGORITHMS))), draw(st.sampled_from(sorted(OPS))),
-            draw(st.sampled_from(DTYPES)), size, draw(st.integers(0, 2**16)))
+            draw(st.sampled_from(DTYPES)), size, draw(st.integers(0, 2**16)), draw(st.sampled_from(BACKENDS)))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_every_algorithm_op_dtype_and_size_on_shm(case):
-    n, algorithm, op, dtype, size, seed = case
-    check_allreduce(cluster_for("shm", n), algorithm, op, (size,), dtype, seed)
+    n, algorithm, op, dtype, size, seed, which = case
+    check_allreduce(cluster_for("shm", n, backend=which), algorithm, op, (size,), dtype, seed)
+
+
+def test_both_backends_implement_the_declared_seam():
+    for cls in (linux.Linux, portable.Portable):
+        assert isinstance(cls(), backend.Backend)
+    made = portable.Portable().new_segment(1, 1 << 20)
+    assert isinstance(made, backend.Segment)
+    made.handed_over()
+    made.unlink()
+    listener = portable.Listener()
+    with socket.create_connection(("127.0.0.1", int(listener.address.rpartition(":")[2]))):
+        dialler = listener.accept(5)
+        assert isinstance(dialler, backend.Dialler) and isinstance(listener, backend.Listener)
+        assert isinstance(dialler.accept(1.0), backend.Channel)
+        dialler.close()
+    listener.close()
+    if linux.available():
+        assert isinstance(linux.MemfdSegment(1, 1 << 20), backend.Segment)
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        assert isinstance(linux.SeqpacketChannel(a, 1.0), backend.Channel)
+        b.close()
+
+
+def test_the_backend_is_chosen_by_the_environment(monkeypatch):
+    monkeypatch.setenv(backend.ENV, "portable")
+    assert backend.chosen() is portable.Portable
+    monkeypatch.setenv(backend.ENV, "carrier-pigeon")
+    with pytest.raises(ValueError, match="valid values are 'linux' and 'portable'"):
+        backend.chosen()
+    monkeypatch.delenv(backend.ENV)
+    assert backend.chosen() is (linux.Linux if linux.available() else portable.Portable)
 
 
 def _what_carried_a_ring(comm, count):
@@ -42,8 +81,8 @@ def _what_carried_a_ring(comm, count):
         link.pool.total for link in (comm.nearby.links if comm.nearby else {}).values())
 
 
-def test_every_peer_on_this_machine_is_reached_through_shared_memory_and_the_trace_says_so():
-    cluster = cluster_for("shm", 4)
+def test_every_peer_on_this_machine_is_reached_through_shared_memory_and_the_trace_says_so(shm_backend):
+    cluster = cluster_for("shm", 4, backend=shm_backend)
     for rank, (peers, via, pooled) in enumerate(cluster.run(_what_carried_a_ring, 1 << 20)):
         assert peers == [r for r in range(4) if r != rank]
         assert via == {"shm"}
@@ -65,8 +104,8 @@ def _held(comm, count):
     return intact, sum(link.pool.total for link in comm.nearby.links.values())
 
 
-def test_received_arrays_stay_intact_while_held_and_the_pool_stays_bounded():
-    cluster = cluster_for("shm", 2)
+def test_received_arrays_stay_intact_while_held_and_the_pool_stays_bounded(shm_backend):
+    cluster = cluster_for("shm", 2, backend=shm_backend)
     cluster.run(lambda comm: [setattr(link.pool, "limit", 4 << 20) for link in comm.nearby.links.values()])
     try:
         intact, _ = cluster.run(_held, 12)[0]  # 12 MiB held against a 4 MiB pool: the rest goes inline
@@ -76,41 +115,93 @@ def test_received_arrays_stay_intact_while_held_and_the_pool_stays_bounded():
         cluster.run(lambda comm: [setattr(link.pool, "limit", POOL_BYTES) for link in comm.nearby.links.values()])
 
 
-def test_segments_are_owner_only_memfds_and_socket_names_unguessable():
-    segment = Segment(1, 1 << 20)
-    assert os.fstat(segment.fd).st_mode & 0o777 == 0o600
-    assert os.readlink(f"/proc/self/fd/{segment.fd}").startswith("/memfd:allreduce-edu")
+@needs_linux
+def test_linux_segments_are_owner_only_memfds_and_socket_names_unguessable():
+    segment = linux.MemfdSegment(1, 1 << 20)
+    assert os.fstat(segment.handle).st_mode & 0o777 == 0o600
+    assert os.readlink(f"/proc/self/fd/{segment.handle}").startswith("/memfd:allreduce-edu")
     segment.handed_over()
-    names = cluster_for("shm", 2).run(lambda comm: comm.shm_socket)
-    assert len(set(names)) == 2 and all(len(n.removeprefix("allreduce-edu-")) == 32 for n in names)
+    names = cluster_for("shm", 2, backend="linux").run(lambda comm: comm.shm_socket)
+    assert len(set(names)) == 2 and all(len(n.removeprefix("linux:allreduce-edu-")) == 32 for n in names)
 
 
-def test_the_pool_reuses_segments_and_refuses_past_its_limit():
-    pool = Pool(limit=3 << 20)
+def test_portable_segments_are_owner_only_unguessable_files_gone_once_mapped():
+    ours = portable.Portable()
+    segment = ours.new_segment(1, 1 << 20)
+    info = os.stat(segment.path)
+    assert stat.S_ISREG(info.st_mode) and info.st_mode & 0o777 == 0o600 and info.st_size == 1 << 20
+    assert portable.NAMES.fullmatch(segment.handle) and os.path.dirname(segment.path) == portable.scratch_base()
+    segment.bytes[:4] = [1, 2, 3, 4]
+    theirs = portable.Portable().open_segment(1, 1 << 20, segment.handle)  # the receiver's side
+    assert not os.path.exists(segment.path)  # mapped by both: the name is gone, the memory stays
+    assert theirs.bytes[:4].tolist() == [1, 2, 3, 4]
+    names = cluster_for("shm", 2, backend="portable").run(lambda comm: comm.shm_socket)
+    assert len(set(names)) == 2 and all(n.startswith("portable:127.0.0.1:") for n in names)
+
+
+def test_a_portable_segment_must_be_an_owner_only_file_of_the_size_said(tmp_path):
+    receiver = portable.Portable()
+    for bad in ("../../etc/passwd", "allreduce-edu-0", None, 7):
+        with pytest.raises(ValueError, match="without a name"):
+            receiver.open_segment(1, 1 << 20, bad)
+    sender = portable.Portable().new_segment(2, 1 << 20)
+    with pytest.raises(ValueError, match="not 2097152 owner-only bytes"):
+        receiver.open_segment(2, 2 << 20, sender.handle)  # a size it is not
+    sender = portable.Portable().new_segment(3, 1 << 20)
+    os.chmod(sender.path, 0o644)
+    with pytest.raises(ValueError, match="owner-only"):
+        receiver.open_segment(3, 1 << 20, sender.handle)
+    with pytest.raises(FileNotFoundError):
+        receiver.open_segment(4, 1 << 20, portable.Scratch().prefix + "0" * 24)
+
+
+def test_a_cluster_sweeps_segment_names_its_ranks_left():
+    scratch = portable.Scratch()
+    left = portable.NamedSegment(1, 1 << 20, scratch.prefix)  # created, never mapped by a peer
+    assert os.path.exists(left.path)
+    scratch.sweep()
+    assert not os.path.exists(left.path)
+
+
+def test_the_pool_reuses_segments_and_refuses_past_its_limit(shm_backend):
+    pool = Pool(backend.chosen()().new_segment, limit=3 << 20)
     first = pool.acquire(5000)
-    assert first.fd is not None and first.size == 1 << 20  # new: its descriptor is still to hand over
+    assert first.handle is not None and first.size == 1 << 20  # new: its handle is still to hand over
     assert pool.acquire(1 << 21) is not None  # 1 + 2 MiB: at the limit
     assert pool.acquire(10) is None  # nothing free, no room: the caller sends inline
     assert pool.release(first.id) and not pool.release(99)
     first.handed_over()
     again = pool.acquire(10)
-    assert again is first and again.fd is None
+    assert again is first and again.handle is None
+    pool.close()
 
 
-def test_a_dialler_without_the_token_is_refused_and_the_cluster_works_on():
-    cluster = cluster_for("shm", 2)
-    name = cluster.run(lambda comm: comm.shm_socket)[0]
-    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as intruder:
+def _intrude(name: str) -> bytes:
+    """Dial a rank's doorbell as a stranger (a wrong token); what it answers."""
+    which, _, address = name.partition(":")
+    if which == "linux":
+        intruder = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         intruder.settimeout(5)
-        intruder.connect("\0" + name)
-        intruder.sendall(b"0" * 32 + b" 1")
-        assert intruder.recv(16) == b""  # closed without "ok"
+        intruder.connect("\0" + address)
+    else:
+        host, _, port = address.rpartition(":")
+        intruder = socket.create_connection((host, int(port)), 5)
+    with intruder:
+        intruder.sendall(b"0" * 32 + b" 1\n")
+        return intruder.recv(16)
+
+
+def test_a_dialler_without_the_token_is_refused_and_the_cluster_works_on(shm_backend):
+    cluster = cluster_for("shm", 2, backend=shm_backend)
+    name = cluster.run(lambda comm: comm.shm_socket)[0]
+    assert name.startswith(shm_backend + ":")
+    assert _intrude(name) == b""  # closed without "ok"
     check_allreduce(cluster, "ring", "sum", (1000,), "float32")
 
 
 # --- a forged peer: frames from shared memory are checked as the wire's are --------------------
 @pytest.fixture
-def pair():
+def pair(shm_backend):
     comms = [TRANSPORTS["shm"].communicator(r, 2, token="t" * 32, timeout=5) for r in range(2)]
     addresses = [c.address for c in comms]
     threads = [threading.Thread(target=c.connect, args=(addresses,)) for c in comms]
@@ -135,6 +226,11 @@ def _frame(tag=b"x", shape=(4,), data=b"", signature=b"", **fields) -> bytes:
 
 
 SEGMENT = dict(segment=1, segment_bytes=1 << 20)
+
+
+def _forge(comm, frame: list) -> None:
+    """Send `frame` as it is, past every check of the sending side."""
+    comm.nearby.links[0].channel.send(frame, None, time.monotonic() + 5, lambda: None)
 
 
 @pytest.mark.parametrize("frame, problem", [
@@ -165,7 +261,7 @@ SEGMENT = dict(segment=1, segment_bytes=1 << 20)
 ])
 def test_a_malformed_frame_fails_the_link_with_the_problem_named(pair, frame, problem):
     receiver, forger = pair
-    forger.nearby.links[0].sock.sendmsg(frame)
+    _forge(forger, frame)
     with pytest.raises(ae.RankFailure, match="breaks the contract") as info:
         receiver.recv(1, "x", timeout=5)
     assert problem in str(info.value) and info.value.ranks == (1,)
@@ -173,14 +269,13 @@ def test_a_malformed_frame_fails_the_link_with_the_problem_named(pair, frame, pr
 
 def test_a_good_forged_inline_frame_is_received(pair):
     receiver, forger = pair
-    forger.nearby.links[0].sock.sendmsg([MESSAGE, _frame(dtype=doorbell.CODES["float64"],
-                                                         nbytes=32, data=np.arange(4.0).tobytes())])
+    _forge(forger, [MESSAGE, _frame(dtype=doorbell.CODES["float64"], nbytes=32, data=np.arange(4.0).tobytes())])
     np.testing.assert_array_equal(receiver.recv(1, "x", timeout=5), np.arange(4.0))
 
 
 def _send_buffers(comm):
     """Rank 1 fills a send buffer and sends it (no copy), drops another unsent; rank 0 checks."""
-    from allreduce_edu.comm.segments import Outbox
+    from allreduce_edu.comm.transports.shm.segments import Outbox
     if comm.rank == 0:
         return bool((comm.recv(1, "filled") == 5).all())
     link = comm.nearby.links[0]
@@ -198,8 +293,9 @@ def _send_buffers(comm):
     return sent_in_place, reused, Outbox.of(small) is None, len(link.pool._all) - segments
 
 
-def test_a_send_buffer_is_sent_where_it_lies_and_an_unsent_one_goes_back_to_the_pool():
-    received, (sent_in_place, reused, small_is_plain, new_segments) = cluster_for("shm", 2).run(_send_buffers)
+def test_a_send_buffer_is_sent_where_it_lies_and_an_unsent_one_goes_back_to_the_pool(shm_backend):
+    received, (sent_in_place, reused, small_is_plain, new_segments) = cluster_for(
+        "shm", 2, backend=shm_backend).run(_send_buffers)
     assert received and sent_in_place and reused and small_is_plain and new_segments <= 2
 
 
@@ -218,25 +314,26 @@ def _big_chunks_past_the_pool(comm):
             link.pool.limit = POOL_BYTES
 
 
-def test_a_full_pool_gives_plain_send_buffers_and_the_ring_stays_right():
-    assert cluster_for("shm", 3).run(_big_chunks_past_the_pool) == [[3.0, 3.0, 3.0]] * 3
+def test_a_full_pool_gives_plain_send_buffers_and_the_ring_stays_right(shm_backend):
+    assert cluster_for("shm", 3, backend=shm_backend).run(_big_chunks_past_the_pool) == [[3.0, 3.0, 3.0]] * 3
 
 
-def test_a_segment_released_twice_is_refused():
-    pool = Pool()
+def test_a_segment_released_twice_is_refused(shm_backend):
+    pool = Pool(backend.chosen()().new_segment)
     segment = pool.acquire(10)
     assert pool.release(segment.id) and not pool.release(segment.id)  # a second release: refused
-    segment.handed_over()
+    pool.close()
 
 
+@needs_linux
 def test_a_received_descriptor_must_be_a_sealed_memfd(tmp_path):
     import fcntl
     plain = os.memfd_create("unsealed", os.MFD_CLOEXEC)
     os.ftruncate(plain, 1 << 20)
     with pytest.raises(ValueError, match="not a sealed memfd"):
-        Segment(1, 1 << 20, plain)  # closes the descriptor it refused
-    segment = Segment(2, 1 << 20)
-    assert fcntl.fcntl(segment.fd, fcntl.F_GET_SEALS) & fcntl.F_SEAL_SHRINK
+        linux.MemfdSegment(1, 1 << 20, plain)  # closes the descriptor it refused
+    segment = linux.MemfdSegment(2, 1 << 20)
+    assert fcntl.fcntl(segment.handle, fcntl.F_GET_SEALS) & fcntl.F_SEAL_SHRINK
     segment.handed_over()
 
 
@@ -244,7 +341,7 @@ def _both_send_first(comm, count):
     """Each rank sends `count` inline messages to the other before receiving any: far more than a
     socket holds, so each rank's sends must read the other's while they wait for room (the links'
     own threads are kept out of it: a recv a moment ago, and a QUIET longer than the test)."""
-    from allreduce_edu.comm import shm_link
+    from allreduce_edu.comm.transports.shm import link as shm_link
 
     peer, quiet = 1 - comm.rank, shm_link.QUIET
     shm_link.QUIET = 1e9
@@ -257,5 +354,5 @@ def _both_send_first(comm, count):
         shm_link.QUIET = quiet
 
 
-def test_two_eager_senders_to_each_other_never_deadlock():
-    assert cluster_for("shm", 2).run(_both_send_first, 40) == [True, True]
+def test_two_eager_senders_to_each_other_never_deadlock(shm_backend):
+    assert cluster_for("shm", 2, backend=shm_backend).run(_both_send_first, 40) == [True, True]

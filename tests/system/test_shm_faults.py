@@ -1,7 +1,8 @@
 """Shared memory never outlives its ranks, and a dead rank never hangs the others.
 
-Every case counts the shared memory this user holds (memfd mappings and /dev/shm entries) before
-and after; ranks are SIGKILLed at the first, middle and last send of every algorithm.
+Every case counts the shared memory this user holds (mappings and /dev/shm entries) before and
+after, on each backend (`shm_backend`); ranks are SIGKILLed at the first, middle and last send of
+every algorithm.
 """
 
 from __future__ import annotations
@@ -66,20 +67,20 @@ def _check_kills(cases, victim=1):
     assert shm_objects() == before
 
 
-def test_a_rank_killed_mid_ring_and_mid_tree_fails_the_others_at_once_and_leaks_nothing():
+def test_a_rank_killed_mid_ring_and_mid_tree_fails_the_others_at_once_and_leaks_nothing(shm_backend):
     _check_kills([("ring", 2), ("tree", 0)])
 
 
-def test_a_rank_killed_mid_double_binary_tree_and_mid_bruck_fails_the_others_at_once():
+def test_a_rank_killed_mid_double_binary_tree_and_mid_bruck_fails_the_others_at_once(shm_backend):
     _check_kills([(a, _sends_of(a, 1) // 2) for a in ("double_binary_tree", "bruck")])
 
 
 @pytest.mark.slow
-def test_a_rank_killed_at_the_first_middle_and_last_send_of_every_algorithm():
+def test_a_rank_killed_at_the_first_middle_and_last_send_of_every_algorithm(shm_backend):
     _check_kills(list(_kill_cases()))
 
 
-def test_a_normal_close_leaves_no_shared_memory():
+def test_a_normal_close_leaves_no_shared_memory(shm_backend):
     before = shm_objects()
     with ae.Cluster(4, transport="shm") as cluster:
         cluster.run(lambda comm: ae.allreduce(comm, np.ones(1 << 21, np.float32)))
@@ -87,7 +88,7 @@ def test_a_normal_close_leaves_no_shared_memory():
     assert shm_objects() == before
 
 
-def test_a_killed_parent_takes_its_ranks_and_their_shared_memory_with_it(tmp_path):
+def test_a_killed_parent_takes_its_ranks_and_their_shared_memory_with_it(tmp_path, shm_backend):
     before = shm_objects()
     script = tmp_path / "parent.py"
     script.write_text(textwrap.dedent("""
@@ -119,7 +120,7 @@ def _long_loop(comm):
     return x
 
 
-def test_ctrl_c_stops_shm_ranks_keeps_the_cluster_and_leaks_nothing():
+def test_ctrl_c_stops_shm_ranks_keeps_the_cluster_and_leaks_nothing(shm_backend):
     before = shm_objects()
     with ae.Cluster(3, transport="shm", timeout=30) as cluster:
         threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()

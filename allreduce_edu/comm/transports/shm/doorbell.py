@@ -21,9 +21,9 @@ import functools
 import struct
 from dataclasses import dataclass
 
-from .base import WIRE_DTYPES
-from .mailbox import Message, Signature
-from .wire import MAX_DIMS, WireError, payload_chunks
+from ...base import WIRE_DTYPES
+from ...mailbox import Message, Signature
+from ...wire import MAX_DIMS, WireError, payload_chunks
 
 VERSION = 1
 FIXED = struct.Struct("<BBBBiiQQQQQQQQH")

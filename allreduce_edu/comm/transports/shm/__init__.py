@@ -2,9 +2,11 @@
 
 Ranks start, rendezvous, ship work and report errors over gRPC exactly as on the gRPC transport.
 Between two ranks on one machine, a message's bytes go into a shared-memory segment of the sender's
-(one copy), and its header (the wire's fields in a fixed binary layout, comm/doorbell.py, checked
-by the wire's rules) goes over a Unix socket that is also the doorbell: the receiver blocks on it
-(never spins: 4 ranks share 2 cores here), and its end-of-file says at once that the peer is gone.
+(one copy), and its header (the wire's fields in a fixed binary layout, doorbell.py, checked by
+the wire's rules) goes over a socket that is also the doorbell: the receiver blocks on it (never
+spins: 4 ranks share 2 cores here), and its end of file says at once that the peer is gone. What
+a segment and a socket are is the backend's (backend.py): memfds and a Unix socket on Linux,
+named shared memory and a loopback socket elsewhere (linux.py, portable.py).
 The receiver reads, or reduces, straight from the sender's segment; small messages travel inline
 on the socket. Ranks on other machines get gRPC, as before: NCCL's SHM and NET transports, Open
 MPI's `sm` and `tcp`.
@@ -18,15 +20,12 @@ from __future__ import annotations
 
 import hmac
 import logging
-import os
-import secrets
-import socket
-import struct
 import threading
 import time
 
-from .errors import RankFailure
-from .shm_link import TICK, ShmLink
+from ...errors import RankFailure
+from .backend import ENV, chosen
+from .link import TICK, ShmLink
 
 log = logging.getLogger("allreduce_edu")
 
@@ -36,18 +35,16 @@ class ShmLinks:
     the `nearby` of a GrpcCommunicator (`GrpcCommunicator(..., nearby=ShmLinks)`), which sends
     through them instead of its gRPC streams."""
 
-    def __init__(self, comm):
+    def __init__(self, comm, scratch=None):
         self.comm = comm
         self.links: dict[int, ShmLink] = {}  # peer -> its link
         self._token = comm.token.encode()
         self._arrived = threading.Condition()
         self._closing = False
-        # an abstract Unix socket: no file to leave behind; unguessable; token and uid checked
-        self.name = f"allreduce-edu-{secrets.token_hex(16)}"
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
-        self._listener.bind("\0" + self.name)
-        self._listener.listen(comm.world_size)
-        self._listener.settimeout(TICK)
+        self.backend = chosen()(scratch)
+        self._listener = self.backend.listen()
+        # what Ping hands out: the backend too, so that two backends never dial each other
+        self.name = f"{self.backend.name}:{self._listener.address}"
         self._acceptor = threading.Thread(target=self._accept, daemon=True,
                                           name=f"rank{comm.rank}-shm-accept")
         self._acceptor.start()
@@ -70,60 +67,56 @@ class ShmLinks:
             return dict(self.links)
 
     def _dial(self, dst: int, name: str, deadline: float) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
-        sock.settimeout(max(deadline - time.monotonic(), 0.1))
+        backend, _, address = name.partition(":")
         try:
-            sock.connect("\0" + name)
-            sock.sendall(self._token + b" " + str(self.comm.rank).encode())
-            if sock.recv(16) != b"ok":
-                raise OSError(0, "it refused this rank")
+            if backend != self.backend.name:
+                raise OSError(0, f"it uses the {backend} backend, this rank {self.backend.name} "
+                                 f"(set {ENV} alike for every rank)")
+            channel = self.backend.dial(address, self._token + b" " + str(self.comm.rank).encode(),
+                                        max(deadline - time.monotonic(), 0.1), self.comm.timeout)
         except OSError as e:
-            sock.close()
             raise RankFailure(f"rank {self.comm.rank} cannot open a shared-memory link to rank "
                               f"{dst}: {e.strerror or e}", ranks=(dst,)) from None
-        self._add(dst, sock)
+        self._add(dst, channel)
 
     def _accept(self) -> None:
         while not self._closing:
             try:
-                sock, _ = self._listener.accept()
-            except TimeoutError:
-                continue
+                dialler = self._listener.accept(TICK)
             except OSError:
                 return  # the listener closed
-            peer = self._handshake(sock)
+            if dialler is None:
+                continue
             try:
+                peer = self._handshake(dialler)
                 if peer is None:
                     raise OSError("refused")
-                sock.sendall(b"ok")
-                self._add(peer, sock)
+                self._add(peer, dialler.accept(self.comm.timeout))
             except OSError:  # refused, or the dialler gave up meanwhile
-                sock.close()
+                dialler.close()
 
-    def _handshake(self, sock: socket.socket) -> int | None:
-        """The dialling peer's rank, if it knows the token and runs as this user; else None."""
+    def _handshake(self, dialler) -> int | None:
+        """The dialling peer's rank, if it knows the token (and, where the backend can tell,
+        runs as this user); else None."""
         me = self.comm.rank
+        if dialler.refusal:  # refused before it can make us wait
+            log.warning("rank %d refused a shared-memory link from %s: %s", me, dialler.who,
+                        dialler.refusal)
+            return None
         try:
-            pid, uid, gid = struct.unpack("3i", sock.getsockopt(
-                socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
-            if uid != os.getuid():  # another user: refused before it can make us wait
-                log.warning("rank %d refused a shared-memory link from pid %d (uid %d)",
-                            me, pid, uid)
-                return None
-            sock.settimeout(2.0)
-            token, _, rank = sock.recv(256).partition(b" ")
+            token, _, rank = dialler.hello(2.0).partition(b" ")
         except OSError:
             return None
         # higher ranks dial this one (it dials the lower ones itself)
         ok = (hmac.compare_digest(token, self._token) and rank.isdigit()
               and me < int(rank) < self.comm.world_size and int(rank) not in self.links)
         if not ok:
-            log.warning("rank %d refused a shared-memory link from pid %d", me, pid)
+            log.warning("rank %d refused a shared-memory link from %s", me, dialler.who)
         return int(rank) if ok else None
 
-    def _add(self, peer: int, sock: socket.socket) -> None:
+    def _add(self, peer: int, channel) -> None:
         with self._arrived:
-            self.links[peer] = ShmLink(self.comm, peer, sock)
+            self.links[peer] = ShmLink(self.comm, peer, channel, self.backend)
             self._arrived.notify_all()
 
     def close(self) -> None:

@@ -1,55 +1,47 @@
-"""One shared-memory link between two ranks on one machine (used by allreduce_edu.comm.shm): a
-SOCK_SEQPACKET Unix socket for headers (comm.doorbell), doorbells, segment descriptors and releases
-(sent by comm.shm_socket), and the segments each side sends from (comm.segments)."""
+"""One shared-memory link between two ranks on one machine (made by ShmLinks, __init__.py): a
+channel for headers (doorbell.py), doorbells, segment handles and releases, and the segments each
+side sends from (segments.py); the backend (backend.py: linux or portable) provides both."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import select
-import socket
 import threading
 import time
 
 import numpy as np
 
-from .base import Request
+from ...base import Request
+from ...errors import CollectiveTimeout, RankFailure
+from ...mailbox import Message
+from ...wire import Assembler, WireError, check_header, to_message
+from .backend import INLINE_BYTES, Backend, Channel
 from .doorbell import Head, frames, pack, unpack
-from .errors import CollectiveTimeout, RankFailure
-from .mailbox import Message
-from .segments import MIN_SEGMENT, POOL_BYTES, Lease, Outbox, Pool, Segment
-from .shm_socket import send_frame, without_python_timeout
-from .wire import Assembler, WireError, check_header, to_message
+from .segments import MIN_SEGMENT, POOL_BYTES, Lease, Outbox, Pool
 
 log = logging.getLogger("allreduce_edu")
 
-INLINE_BYTES = 32 << 10  # messages up to this size travel in the socket frame itself
-FRAME_BYTES = INLINE_BYTES + (16 << 10)  # one seqpacket: a header plus at most INLINE_BYTES
 MESSAGE, RELEASE = b"M", b"R"  # a frame's first byte: a message, or "I am done with segment n"
 TICK = 0.5  # how often waiting threads look whether their communicator is closing
 QUIET = TICK  # the link's thread reads only after this long without a recv (waking it: ~30 us)
 
 
 class ShmLink:
-    """This rank's link with one peer on the same machine: a SOCK_SEQPACKET Unix socket (headers,
-    doorbells, segment descriptors, releases), the segments it sends from, those it reads from."""
+    """This rank's link with one peer on the same machine: a channel (headers, doorbells, segment
+    handles, releases), the segments it sends from, those it reads from."""
 
     via = "shm"
 
-    def __init__(self, comm, peer: int, sock: socket.socket):
+    def __init__(self, comm, peer: int, channel: Channel, backend: Backend):
         self.comm, self.peer = comm, peer
-        self.sock = sock  # for sending (shm_socket: the deadline is the kernel's)
-        without_python_timeout(sock, comm.timeout)
-        self._rsock = socket.socket(fileno=os.dup(sock.fileno()))  # for receiving: polled
-        self._rsock.setblocking(False)
+        self.channel, self.backend = channel, backend
         self._reading = threading.Lock()  # one reader at a time: a recv's thread, or the link's
         self._callers, self._last_recv = 0, 0.0
         self._closed = threading.Event()  # wakes the link's thread at once when the link closes
         self._ended = False
-        self.pool = Pool()
+        self.pool = Pool(backend.new_segment)
         self.copied = 0  # bytes copied into segments or frames (not those filled in place)
-        self.theirs: dict[int, Segment] = {}
+        self.theirs: dict = {}  # segment id -> the peer's segment, mapped here
         self.leased: set[int] = set()
         self.error: RankFailure | None = None
         self._lock = threading.RLock()  # a release may be sent by a finaliser inside a send
@@ -96,11 +88,11 @@ class ShmLink:
                         self._send([MESSAGE, *frame])
                 return
             segment.bytes[:nbytes] = msg.array.reshape(-1).view(np.uint8)  # the one copy
-        new = segment.fd is not None  # the peer has not got this segment yet
+        new = segment.handle is not None  # the peer has not got this segment yet
         with self._lock:
             frame = pack(msg, self._next_seq(), segment=segment.id, segment_bytes=segment.size)
             try:
-                self._send([MESSAGE, frame], [segment.fd] if new else [])
+                self._send([MESSAGE, frame], segment.handle)
             except BaseException:
                 if new:
                     self.pool.forget(segment)
@@ -114,11 +106,11 @@ class ShmLink:
         self._seq += 1
         return self._seq
 
-    def _send(self, buffers: list, fds=()) -> None:
+    def _send(self, buffers: list, handle=None) -> None:
+        """One frame (under `_lock`); a sender whose peer cannot take it reads meanwhile."""
         c = self.comm
         try:
-            send_frame(self.sock, buffers, fds, time.monotonic() + c.timeout, self._rsock,
-                       self.read_waiting)
+            self.channel.send(buffers, handle, time.monotonic() + c.timeout, self.read_waiting)
         except TimeoutError:
             raise CollectiveTimeout(f"rank {c.rank}: rank {self.peer} took no message for "
                                     f"{c.timeout:.0f} s (its socket is full); is it stuck?",
@@ -151,7 +143,7 @@ class ShmLink:
         self.leased.discard(segment)
         if self.error is None and not self.comm.closing:
             with self._lock:
-                self.sock.sendmsg([RELEASE, segment.to_bytes(8, "little")])
+                self._send([RELEASE, segment.to_bytes(8, "little")])
 
     # --- receiving: on the caller's thread while it waits in recv, else on the link's own ------
     def pump(self, seconds: float) -> None:
@@ -159,15 +151,7 @@ class ShmLink:
         socket on its own thread (a hand-over between threads cost ~50 us here)."""
         if self._ended:
             time.sleep(min(seconds, TICK))
-            return
-        try:
-            poller = select.poll()
-            poller.register(self._rsock, select.POLLIN)
-            ready = poller.poll(seconds * 1000)
-        except (ValueError, OSError):  # closed under us: the link has ended
-            time.sleep(min(seconds, TICK))
-            return
-        if ready:
+        elif self.channel.wait(seconds):
             self._read_one()
 
     @contextlib.contextmanager
@@ -188,17 +172,15 @@ class ShmLink:
     def _receive(self) -> None:
         """The link's own thread, once the link is QUIET: frames nobody waits for (releases, later
         messages, a dead peer's end of file). Meanwhile recvs read it and senders `drain` it."""
-        poller = select.poll()
-        poller.register(self._rsock, select.POLLIN)
         while not self._ended and not self.comm.closing:
             idle = time.monotonic() - self._last_recv
             if self._callers or idle < QUIET:
                 self._closed.wait(TICK if self._callers else min(TICK, QUIET - idle))
-            elif poller.poll(TICK * 1000):
+            elif self.channel.wait(TICK):
                 self._read_one(own_thread=True)
 
     def _read_one(self, own_thread: bool = False, wait_turn: bool = True) -> bool:
-        """Read and handle one waiting frame; False if there was none (or the link ended).
+        """Read and handle the frames waiting; False if there were none (or the link ended).
         A sender reads only if no one else is (`wait_turn=False`): it may hold `_lock`, which a
         reader's release (give_back) can need."""
         if not self._reading.acquire(blocking=wait_turn):
@@ -208,26 +190,28 @@ class ShmLink:
             if self._ended or (own_thread and self._callers):
                 return False  # a recv reads this frame on its own thread
             try:
-                data, fds, flags, _ = socket.recv_fds(self._rsock, FRAME_BYTES, 1)
-            except BlockingIOError:
-                return False  # the other reader took it
+                got = self.channel.receive()
             except OSError as e:
                 self._end(f"its socket failed: {e.strerror}")
                 return False
-            try:
-                if not data:
-                    self._end("its process exited")  # end of file: closed, or died
-                    return False
-                self._take(data, fds, flags)
-                return True
             except WireError as e:
-                log.warning("rank %d refused a frame from rank %d: %s",
-                            self.comm.rank, self.peer, e)
-                self._end(f"it sent a frame that breaks the contract: {e}")
+                return self._refuse(e)
+            if got is None:
+                self._end("its process exited")  # end of file: closed, or died
                 return False
-            finally:
-                for fd in fds:
-                    os.close(fd)
+            for i, (data, handle) in enumerate(got):
+                try:
+                    self._take(data, handle)
+                except WireError as e:
+                    for _, rest in got[i + 1:]:
+                        self.backend.discard(rest)
+                    return self._refuse(e)
+            return bool(got)
+
+    def _refuse(self, e: WireError) -> bool:
+        log.warning("rank %d refused a frame from rank %d: %s", self.comm.rank, self.peer, e)
+        self._end(f"it sent a frame that breaks the contract: {e}")
+        return False
 
     def _end(self, reason: str) -> None:
         self._ended = True
@@ -239,43 +223,45 @@ class ShmLink:
         self.comm.peer_failed(self.peer, f"its shared-memory link ended ({reason})")
         self._shutdown()
 
-    def _take(self, data: bytes, fds: list[int], flags: int) -> None:
-        if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
-            raise WireError("a frame longer than a socket frame may be")
-        kind, body = data[:1], memoryview(data)[1:]
-        if kind == RELEASE:
-            if fds or len(body) != 8 or not self.pool.release(int.from_bytes(body, "little")):
-                raise WireError("a release of a segment this rank never sent")
-            return
-        if kind != MESSAGE:
-            raise WireError(f"unknown frame kind {kind!r}")
-        h, payload = unpack(body)
-        if not h.segment:
-            if fds:
-                raise WireError("a file descriptor with an inline frame")
-            message = self._assembler.add_decoded(h, payload)
-        else:
-            message = to_message(h, self._lease(h, fds))
+    def _take(self, data: bytes, handle) -> None:
+        """Handle one frame; its segment handle, if any, is used or discarded here."""
+        try:
+            kind, body = data[:1], memoryview(data)[1:]
+            if kind == RELEASE:
+                if (handle is not None or len(body) != 8
+                        or not self.pool.release(int.from_bytes(body, "little"))):
+                    raise WireError("a release of a segment this rank never sent")
+                return
+            if kind != MESSAGE:
+                raise WireError(f"unknown frame kind {kind!r}")
+            h, payload = unpack(body)
+            if not h.segment:
+                if handle is not None:
+                    raise WireError("a segment handle with an inline frame")
+                message = self._assembler.add_decoded(h, payload)
+            else:
+                given, handle = handle, None  # _lease uses it up
+                message = to_message(h, self._lease(h, given))
+        finally:
+            if handle is not None:
+                self.backend.discard(handle)
         if message is not None:
             self.comm.deliver(message)
 
-    def _lease(self, h: Head, fds: list[int]) -> np.ndarray:
-        """The array a segment frame describes, in the sender's segment (checked first)."""
-        check_header(h, self.comm.world_size, self.peer, self.comm.max_message_bytes)
-        if h.offset or h.length:
-            raise WireError("a segment frame carries data of its own")
-        self._assembler.take_seq(h)
-        if fds:
-            size = h.segment_bytes
-            if (len(fds) != 1 or h.segment in self.theirs or size < MIN_SEGMENT
-                    or size & (size - 1) or sum(s.size for s in self.theirs.values()) + size
-                    > POOL_BYTES):
-                raise WireError(f"segment {h.segment} of {size} bytes: not a new segment "
-                                f"within the {POOL_BYTES}-byte limit")
-            try:
-                self.theirs[h.segment] = Segment(h.segment, size, fds.pop())
-            except (OSError, ValueError) as e:
-                raise WireError(f"segment {h.segment} cannot be mapped: {e}") from None
+    def _lease(self, h: Head, handle) -> np.ndarray:
+        """The array a segment frame describes, in the sender's segment (checked first); maps
+        a new segment from `handle`, which it uses up."""
+        try:
+            check_header(h, self.comm.world_size, self.peer, self.comm.max_message_bytes)
+            if h.offset or h.length:
+                raise WireError("a segment frame carries data of its own")
+            self._assembler.take_seq(h)
+        except WireError:
+            if handle is not None:
+                self.backend.discard(handle)
+            raise
+        if handle is not None:
+            self._map(h, handle)
         segment = self.theirs.get(h.segment)
         if segment is None or segment.size != h.segment_bytes:
             raise WireError(f"unknown segment {h.segment} ({h.segment_bytes} bytes)")
@@ -284,11 +270,21 @@ class ShmLink:
         self.leased.add(h.segment)
         return np.asarray(Lease(segment, np.dtype(h.dtype), tuple(h.shape), self.give_back))
 
-    def _shutdown(self) -> None:
+    def _map(self, h: Head, handle) -> None:
+        """Map the peer's new segment `h.segment` from `handle` (used up, mapped or not)."""
+        size = h.segment_bytes
+        if (h.segment in self.theirs or size < MIN_SEGMENT or size & (size - 1)
+                or sum(s.size for s in self.theirs.values()) + size > POOL_BYTES):
+            self.backend.discard(handle)
+            raise WireError(f"segment {h.segment} of {size} bytes: not a new segment "
+                            f"within the {POOL_BYTES}-byte limit")
         try:
-            self.sock.shutdown(socket.SHUT_RDWR)  # wakes our receiving thread; the peer sees EOF
-        except OSError:
-            pass
+            self.theirs[h.segment] = self.backend.open_segment(h.segment, size, handle)
+        except (OSError, ValueError) as e:
+            raise WireError(f"segment {h.segment} cannot be mapped: {e}") from None
+
+    def _shutdown(self) -> None:
+        self.channel.shutdown()  # wakes our receiving thread; the peer sees end of file
 
     def close(self) -> None:
         self._ended = True
@@ -296,5 +292,5 @@ class ShmLink:
         self._shutdown()
         if self._thread is not threading.current_thread():
             self._thread.join(2 * TICK)
-        self.sock.close()
-        self._rsock.close()
+        self.channel.close()
+        self.pool.close()

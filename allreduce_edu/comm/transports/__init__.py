@@ -1,0 +1,1 @@
+"""Transports that need more than one module: the shared-memory one (shm/)."""

@@ -1,0 +1,310 @@
+"""The portable shared-memory backend, on what Linux, macOS and Windows all have. Lesson 10.
+
+A segment is named shared memory. On Linux and macOS it is an owner-only file (in RAM at /dev/shm
+where there is one, else in the user's temp folder) with an unguessable name, mapped by the
+sender, opened and mapped by the receiver, who then unlinks it: from then on it has no name, and
+the memory goes with the last mapping. A Cluster gives its ranks a prefix for those names and
+removes whatever still has it at close, so a rank SIGKILLed between creating a segment and its
+peer mapping it leaves nothing behind either. On Windows it is a named mapping, which Windows
+frees with its last handle.
+
+The doorbell is a loopback TCP socket (every system has one; macOS has no SOCK_SEQPACKET and
+Windows no Unix sockets to pass descriptors over), so frames carry their length, and a segment's
+name travels in its first frame instead of a descriptor. Only ranks that present the cluster's
+token are accepted: any local process can dial 127.0.0.1, and the token is what keeps it out.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import glob
+import mmap
+import os
+import re
+import secrets
+import select
+import socket
+import struct
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from ...wire import WireError
+from .backend import FRAME_BYTES
+
+PREFIX = "allreduce-edu-"
+NAMES = re.compile(rf"{PREFIX}[0-9a-f]{{8}}-[0-9a-f]{{24}}")  # all a peer may name: nothing else
+LENGTHS = struct.Struct("<IB")  # a frame's data length, its handle's length; then both
+RECV_BYTES = 256 << 10
+POLL_SLICE = 0.5  # a blocked sender looks at its link's state this often
+WINDOWS = sys.platform == "win32"
+
+
+def scratch_base() -> str:
+    """Where segments' files go: RAM (/dev/shm) where the system has it, else the temp folder."""
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK):
+        return "/dev/shm"
+    return tempfile.gettempdir()
+
+
+class Scratch:
+    """The names one cluster's segments start with; `sweep()` removes any still there."""
+
+    def __init__(self):
+        self.prefix = f"{PREFIX}{secrets.token_hex(4)}-"
+
+    def sweep(self) -> None:
+        if not WINDOWS:
+            for path in glob.glob(os.path.join(glob.escape(scratch_base()), self.prefix + "*")):
+                _unlink(path)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+class NamedSegment:
+    """Named shared memory mapped into this process; `handle` is its name until the peer has it."""
+
+    def __init__(self, id: int, size: int, prefix: str, name: str | None = None):
+        self.id, self.size = id, size
+        owner = name is None
+        self.name = name or prefix + secrets.token_hex(12)
+        self.path = None if WINDOWS else os.path.join(scratch_base(), self.name)
+        if WINDOWS:
+            self.map = mmap.mmap(-1, size, tagname="Local\\" + self.name)
+        else:
+            self.map = self._map_file(owner)
+        self.handle = self.name if owner else None
+        self.address = ctypes.addressof(ctypes.c_char.from_buffer(self.map))
+        self.bytes = np.frombuffer(self.map, np.uint8)
+
+    def _map_file(self, owner: bool) -> mmap.mmap:
+        nofollow = getattr(os, "O_NOFOLLOW", 0)
+        flags = os.O_RDWR | nofollow | (os.O_CREAT | os.O_EXCL if owner else 0)
+        fd = os.open(self.path, flags, 0o600)
+        try:
+            if owner:
+                os.ftruncate(fd, self.size)
+            info = os.fstat(fd)
+            if info.st_size != self.size or info.st_mode & 0o077:
+                raise ValueError(f"segment {self.id} is {info.st_size} bytes with mode "
+                                 f"{info.st_mode & 0o777:o}, not {self.size} owner-only bytes")
+            if hasattr(os, "getuid") and info.st_uid != os.getuid():
+                raise ValueError(f"segment {self.id} belongs to another user")
+            populate = getattr(mmap, "MAP_POPULATE", 0) if owner else 0
+            return mmap.mmap(fd, self.size, flags=mmap.MAP_SHARED | populate)
+        finally:
+            os.close(fd)
+            if not owner:  # mapped: its name is no longer needed by anyone
+                self.unlink()
+
+    def handed_over(self) -> None:
+        self.handle = None
+
+    def unlink(self) -> None:
+        """Remove the name if it is still there (the peer never mapped it)."""
+        if self.path is not None:
+            _unlink(self.path)
+
+
+def _ready(read: socket.socket | None, write: socket.socket | None, seconds: float):
+    """(readable, writable) within `seconds`: poll where the system has it, else select."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        for sock, event in ((read, select.POLLIN), (write, select.POLLOUT)):
+            if sock is not None:
+                poller.register(sock, event)
+        events = dict(poller.poll(max(seconds, 0) * 1000))
+        return (read is not None and read.fileno() in events,
+                write is not None and bool(events.get(write.fileno(), 0) & select.POLLOUT))
+    r, w, _ = select.select([read] if read else [], [write] if write else [], [], max(seconds, 0))
+    return bool(r), bool(w)
+
+
+class StreamChannel:
+    """A TCP socket carrying frames: (data length, handle length, handle, data). A frame is sent
+    whole or not at all as far as the peer can tell; a send that has to wait reads the peer's
+    frames meanwhile (two eager senders never deadlock), and one started while another is under
+    way on this thread (a release from a finaliser) queues behind it."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._out: collections.deque = collections.deque()  # memoryviews still to send
+        self._flushing = False
+        self._in = bytearray()
+        self._eof = False
+
+    def send(self, buffers: list, handle, deadline: float, on_readable) -> None:
+        name = handle.encode() if handle is not None else b""
+        data = [memoryview(b).cast("B") for b in buffers]
+        self._out.append(memoryview(LENGTHS.pack(sum(len(d) for d in data), len(name)) + name))
+        self._out.extend(d for d in data if len(d))
+        if self._flushing:  # re-entered on this thread: the outer send flushes it
+            return
+        self._flushing = True
+        try:
+            self._flush(deadline, on_readable)
+        finally:
+            self._flushing = False
+
+    def _flush(self, deadline: float, on_readable) -> None:
+        while self._out:
+            try:
+                sent = (self.sock.sendmsg(list(self._out)[:64]) if hasattr(self.sock, "sendmsg")
+                        else self.sock.send(self._out[0]))
+            except BlockingIOError:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError from None
+                readable, _ = _ready(self.sock, self.sock, min(remaining, POLL_SLICE))
+                if readable:
+                    on_readable()
+                continue
+            while sent:
+                head = self._out[0]
+                if sent >= len(head):
+                    sent -= len(head)
+                    self._out.popleft()
+                else:
+                    self._out[0], sent = head[sent:], 0
+
+    def receive(self) -> list | None:
+        if not self._eof:
+            try:
+                chunk = self.sock.recv(RECV_BYTES)
+                self._in += chunk
+                self._eof = not chunk
+            except BlockingIOError:
+                pass
+        frames, pos, buf = [], 0, self._in
+        while len(buf) - pos >= LENGTHS.size:
+            length, name_length = LENGTHS.unpack_from(buf, pos)
+            if length > FRAME_BYTES:
+                raise WireError("a frame longer than a socket frame may be")
+            end = pos + LENGTHS.size + name_length + length
+            if end > len(buf):
+                break
+            start = pos + LENGTHS.size
+            name = bytes(buf[start:start + name_length]).decode(errors="replace") or None
+            frames.append((bytes(buf[start + name_length:end]), name))
+            pos = end
+        del buf[:pos]
+        return None if self._eof and not frames else frames
+
+    def wait(self, seconds: float) -> bool:
+        if self._eof:
+            return True
+        try:
+            return _ready(self.sock, None, seconds)[0]
+        except (ValueError, OSError):  # closed under us
+            return False
+
+    def shutdown(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class Dialler:
+    """A process that dialled 127.0.0.1: anyone on this machine could have; the token decides."""
+
+    refusal = ""
+
+    def __init__(self, sock: socket.socket, address):
+        self.sock, self.who = sock, f"{address[0]}:{address[1]}"
+
+    def hello(self, timeout: float) -> bytes:
+        """Its first line (at most 256 bytes, within `timeout`)."""
+        self.sock.settimeout(timeout)
+        line = b""
+        while not line.endswith(b"\n") and len(line) < 256:
+            chunk = self.sock.recv(256 - len(line))
+            if not chunk:
+                break
+            line += chunk
+        return line.rstrip(b"\n")
+
+    def accept(self, comm_timeout: float) -> StreamChannel:
+        self.sock.sendall(b"ok")
+        return StreamChannel(self.sock)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class Listener:
+    """A TCP socket on 127.0.0.1: never reachable from another machine."""
+
+    def __init__(self):
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(64)
+        self.address = f"127.0.0.1:{self._sock.getsockname()[1]}"
+
+    def accept(self, timeout: float) -> Dialler | None:
+        self._sock.settimeout(timeout)
+        try:
+            sock, address = self._sock.accept()
+        except TimeoutError:
+            return None
+        return Dialler(sock, address)
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+class Portable:
+    """The backend: segments named with `scratch`'s prefix (a cluster's; else this rank's)."""
+
+    name = "portable"
+
+    def __init__(self, scratch: Scratch | None = None):
+        self.prefix = (scratch or Scratch()).prefix
+
+    def listen(self) -> Listener:
+        return Listener()
+
+    def dial(self, address: str, hello: bytes, timeout: float,
+             comm_timeout: float) -> StreamChannel:
+        host, _, port = address.rpartition(":")
+        if host != "127.0.0.1" or not port.isdigit():
+            raise OSError(0, f"{address!r} is not a loopback doorbell")
+        sock = socket.create_connection((host, int(port)), timeout)
+        try:
+            sock.sendall(hello + b"\n")
+            reply = b""
+            while len(reply) < 2:
+                chunk = sock.recv(2 - len(reply))
+                if not chunk:
+                    break
+                reply += chunk
+            if reply != b"ok":
+                raise OSError(0, "it refused this rank")
+            return StreamChannel(sock)
+        except BaseException:
+            sock.close()
+            raise
+
+    def new_segment(self, id: int, size: int) -> NamedSegment:
+        return NamedSegment(id, size, self.prefix)
+
+    def open_segment(self, id: int, size: int, handle) -> NamedSegment:
+        if not isinstance(handle, str) or not NAMES.fullmatch(handle):
+            raise ValueError(f"segment {id} came without a name this rank would open")
+        return NamedSegment(id, size, self.prefix, handle)
+
+    def discard(self, handle) -> None:
+        """A name is nothing to close."""
