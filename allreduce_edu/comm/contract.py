@@ -7,6 +7,10 @@ arrays with `send`, `recv`, `isend` and `sendrecv`, may `barrier`, fills arrays 
 and marks its messages as one collective with `with comm.collective(...)`. Nothing else: not the
 trace, the timeout or the transport. A class that subclasses `Comm` and gives the first seven gets
 the last three as plain defaults (an empty array; a dissemination barrier; no signature checks).
+
+Under a process transport's communicator, each peer is reached through a `Link` (gloo's
+`transport::Pair`): a gRPC stream (comm.grpc_link.PeerLink) or shared memory
+(comm.transports.shm.link.ShmLink, on either backend of comm/transports/shm/backend.py).
 """
 
 from __future__ import annotations
@@ -66,3 +70,30 @@ class Comm(Protocol):
         """A context for the messages of one collective call (plain: none, so no checks; a
         Communicator yields the call's own comm.calls.CollectiveCall)."""
         return contextlib.nullcontext()
+
+
+@runtime_checkable
+class Link(Protocol):
+    """One peer as a communicator reaches it (the GrpcCommunicator's `routes`, peer -> Link)."""
+
+    via: str  # what the trace says carried its messages: "grpc", "shm"
+    pump = None  # pump(seconds): a recv from this peer reads on its own thread; None: never
+
+    def send(self, msg, chunk):
+        """Post one message (comm.mailbox.Message); returns its Request (comm.base)."""
+        ...
+
+    def send_buffer(self, shape, dtype) -> np.ndarray:
+        """An array to fill and send through this link (where it can: uncopied)."""
+        ...
+
+    def receiving(self) -> contextlib.AbstractContextManager:
+        """Held while a recv from this peer waits."""
+        ...
+
+    def abort(self, error) -> None:
+        """Fail what is in flight with `error` (a collective was aborted)."""
+        ...
+
+    def close(self) -> None:
+        ...

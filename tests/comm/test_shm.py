@@ -356,3 +356,13 @@ def _both_send_first(comm, count):
 
 def test_two_eager_senders_to_each_other_never_deadlock(shm_backend):
     assert cluster_for("shm", 2, backend=shm_backend).run(_both_send_first, 40) == [True, True]
+
+
+def _link_kinds(comm):
+    from allreduce_edu.comm.contract import Link
+    return sorted({(link.via, isinstance(link, Link)) for link in comm.routes.values()})
+
+
+def test_every_link_a_rank_routes_through_keeps_the_link_contract(shm_backend):
+    assert cluster_for("shm", 2, backend=shm_backend).run(_link_kinds) == [[("shm", True)]] * 2
+    assert cluster_for("grpc", 2).run(_link_kinds) == [[("grpc", True)]] * 2
