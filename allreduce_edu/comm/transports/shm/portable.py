@@ -98,8 +98,9 @@ class NamedSegment:
                                  f"{info.st_mode & 0o777:o}, not {self.size} owner-only bytes")
             if hasattr(os, "getuid") and info.st_uid != os.getuid():
                 raise ValueError(f"segment {self.id} belongs to another user")
-            populate = getattr(mmap, "MAP_POPULATE", 0) if owner else 0
-            return mmap.mmap(fd, self.size, flags=mmap.MAP_SHARED | populate)
+            if owner and hasattr(mmap, "MAP_POPULATE"):  # Linux: fault it in now, not mid-send
+                return mmap.mmap(fd, self.size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE)
+            return mmap.mmap(fd, self.size)  # shared, read and write
         finally:
             os.close(fd)
             if not owner:  # mapped: its name is no longer needed by anyone
