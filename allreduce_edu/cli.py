@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -79,6 +80,8 @@ def lessons(args, parser) -> int:
         command.append("--allow-root")
     print(f"Opening JupyterLab in {args.dir} (Ctrl-C stops it; your lessons stay there).",
           flush=True)
+    if os.name == "nt":  # Windows' exec starts a new process and ends this one: wait instead
+        return subprocess.call(command)
     # JupyterLab takes this process's place: Ctrl-C and kill reach it
     os.execv(sys.executable, command)
 

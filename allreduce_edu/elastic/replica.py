@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import functools
 import os
-import signal
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..collectives import allreduce
+from ..runtime.osfacts import die_now
 from ..runtime.worker import become_rank
 from ..training import MLP, global_batch, loss_and_grads, make_dataset, sgd_step, unbucket
 from .manager import Manager, state_digest
@@ -96,7 +96,7 @@ def main(start: ReplicaStart) -> None:
 
     def dying(phase: str):
         conn.send(("dying", (replica_id, manager.step, phase, time.monotonic(), manager.ports)))
-        os.kill(os.getpid(), signal.SIGKILL)
+        die_now()  # SIGKILL (Windows: TerminateProcess)
 
     def due(phase: str) -> bool:
         return kill is not None and kill[1] == phase and manager.step >= kill[0]

@@ -10,8 +10,6 @@ sqrt(2·C·MTBF).
 from __future__ import annotations
 
 import math
-import os
-import signal
 import tempfile
 import time
 from dataclasses import dataclass
@@ -22,6 +20,7 @@ import numpy as np
 from ..collectives import allreduce
 from ..comm.errors import RankFailure
 from ..runtime.cluster import Cluster
+from ..runtime.osfacts import die_now
 from ..training import MLP, global_batch, loss_and_grads, make_dataset, sgd_step, unbucket
 from .chaos import Kill, chaos_schedule
 from .replica import PHASES, _DieMidAllreduce
@@ -95,21 +94,18 @@ def train_from_checkpoint(comm, path: str, steps: int, kill, checkpoint_every: i
     def due(step: int, phase: str) -> bool:
         return kill is not None and kill[1] == comm.rank and kill[2] == phase and step >= kill[0]
 
-    def die() -> None:
-        os.kill(os.getpid(), signal.SIGKILL)
-
     for step in range(start, steps):
         if due(step, "forward"):
-            die()
+            die_now()
         idx = np.array_split(global_batch(step, len(y), batch, seed), comm.world_size)[comm.rank]
         loss, grads = loss_and_grads(params, X[idx], y[idx])
         time.sleep(compute_seconds)
         flat = np.concatenate([g.ravel() for g in grads])
-        on = _DieMidAllreduce(comm, 1, die) if due(step, "allreduce") else comm
+        on = _DieMidAllreduce(comm, 1, die_now) if due(step, "allreduce") else comm
         total = allreduce(on, flat, op="sum")
         losses.append(float(allreduce(comm, np.array([loss]), op="sum")[0]) / comm.world_size)
         if due(step, "commit"):
-            die()
+            die_now()
         params = sgd_step(params, unbucket([total / comm.world_size], grads), lr)
         if (step + 1) % checkpoint_every == 0 and step + 1 < steps:
             if comm.rank == 0:

@@ -7,13 +7,13 @@ buckets' ring times, `check_overlap_answer` takes a letter.
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
 
 from ..collectives import allreduce
 from ..costmodel import predict
+from ..runtime.osfacts import usable_cpus
 from ..sharded.overlap import (  # noqa: F401 - zero3_pass: the notebook's
     bucket_layers,
     measure_overlap,
@@ -104,7 +104,7 @@ def busy_cores(cluster, nbytes: int, iters: int = 10) -> float:
     `nbytes`: their CPU seconds (every thread) over wall seconds × cores. Ranks in processes."""
     per_rank = cluster.run(_cpu_of_allreduces, nbytes, iters)
     wall = max(w for w, _ in per_rank)
-    return sum(c for _, c in per_rank) / (wall * len(os.sched_getaffinity(0)))
+    return sum(c for _, c in per_rank) / (wall * usable_cpus())
 
 
 # --- 12.1 ------------------------------------------------------------------------------------

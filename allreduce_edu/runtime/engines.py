@@ -15,7 +15,6 @@ import importlib.util
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -26,11 +25,12 @@ import numpy as np
 
 from .failures import print_outputs, root_cause
 from .limits import check_world_size
+from .osfacts import new_group, stop_group
 from .shipping import ship
 from .worker import GRACE
 
 ENGINES = ("mpi", "gloo")
-# seconds a launcher gets after SIGTERM (it gives its ranks GRACE) before SIGKILL
+# seconds a launcher gets after SIGTERM (it gives its ranks GRACE) before it is killed
 STOP = 2 * GRACE + 2
 
 
@@ -95,7 +95,7 @@ def _run(command: list[str], timeout: float) -> tuple[int | None, str]:
     """Run `command` in a session of its own: (exit code, stderr);
     (None, stderr) after killing it all at timeout."""
     proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True,
+                            stderr=subprocess.PIPE, **new_group(),
                             env=dict(os.environ, PYTHONWARNINGS="ignore"))
     code, stderr = None, b""
     try:
@@ -103,10 +103,9 @@ def _run(command: list[str], timeout: float) -> tuple[int | None, str]:
     except subprocess.TimeoutExpired:
         pass
     finally:
-        for sig, grace in ((signal.SIGTERM, STOP), (signal.SIGKILL, 5.0)):
-            if proc.poll() is None:  # SIGTERM first: the launcher and mpirun then stop their ranks
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, sig)
+        for hard, grace in ((False, STOP), (True, 5.0)):
+            if proc.poll() is None:  # asked first: the launcher and mpirun then stop their ranks
+                stop_group(proc, hard)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     stderr += proc.communicate(timeout=grace)[1] or b""
     return code, stderr.decode(errors="replace")

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 
+from .osfacts import new_group, signal_name, stop_group
 from .rendezvous import ENV, local_address, read_token
 from .transports import TRANSPORTS
 from .worker import GRACE
@@ -75,7 +76,7 @@ def launch(argv: list[str], nproc: int, nnodes: int = 1, node_rank: int = 0,
             proc = procs[rank] = subprocess.Popen(
                 [sys.executable, *argv], env=dict(env, RANK=str(rank), LOCAL_RANK=str(local)),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                start_new_session=True)  # its own group: we stop it all
+                **new_group())  # its own group: we stop it all
             pumps += [_pump(proc.stdout, sys.stdout, rank, lock),
                       _pump(proc.stderr, sys.stderr, rank, lock)]
         return _watch(procs)  # until every rank succeeded, or the first one failed
@@ -93,7 +94,7 @@ def _watch(procs: dict[int, subprocess.Popen]) -> int:
         for rank, proc in procs.items():
             code = proc.poll()
             if code:
-                how = (f"was killed by {signal.Signals(-code).name}" if code < 0
+                how = (f"was killed by {signal_name(code)}" if signal_name(code)
                        else f"exited with code {code}")
                 others = [r for r, p in procs.items() if p.poll() is None]
                 print(f"allreduce-edu launch: rank {rank} {how}; stopping rank(s) {others}"
@@ -106,13 +107,10 @@ def _watch(procs: dict[int, subprocess.Popen]) -> int:
 
 
 def _stop(procs: dict[int, subprocess.Popen]) -> None:
-    """SIGTERM every rank's process group, then SIGKILL what is left after GRACE seconds."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    """Ask every rank's process group to stop, then kill what is left after GRACE seconds."""
+    for hard in (False, True):
         for proc in procs.values():
-            try:
-                os.killpg(proc.pid, sig)  # the group outlives its leader while any member runs
-            except (ProcessLookupError, PermissionError):
-                pass
+            stop_group(proc, hard)
         deadline = time.monotonic() + GRACE
         for proc in procs.values():
             try:
@@ -181,8 +179,10 @@ def run_from_args(args) -> int:
             os.environ[f"{ENV}TLS_{key.upper()}"] = os.path.abspath(getattr(args, f"tls_{key}"))
     if args.tls_mutual:
         os.environ[ENV + "TLS_MUTUAL"] = "1"
-    # `kill` stops the ranks too, as Ctrl-C does
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # `kill` (Windows: Ctrl-Break, osfacts.stop_group) stops the ranks too, as Ctrl-C does
+    for name in ("SIGTERM", "SIGBREAK"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.default_int_handler)
     return launch((["-m"] if args.module else []) + [args.script, *args.args], args.nproc_per_node,
                   args.nnodes, args.node_rank, args.rendezvous, args.host, args.timeout,
                   args.rendezvous_timeout, args.transport)

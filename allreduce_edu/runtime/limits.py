@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 
+from .osfacts import available_bytes, usable_cpus
+
 ENV = "ALLREDUCE_EDU_MAX_RANKS"
 # resident memory of one gRPC rank process (measured ~110-140 MiB after a soak), with margin
 RANK_MIB = 150
@@ -17,24 +19,9 @@ PROCESSES_PER_CORE = 8  # beyond this, ranks mostly wait for each other's CPU; t
 THREADS_PER_CORE = 64  # thread ranks (transport="local") share one process: cheap, but not free
 
 
-def available_bytes() -> int | None:
-    """Memory the machine can still give (MemAvailable on Linux); None where it cannot tell."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):
-        return None
-
-
 def limit(processes: bool = True) -> tuple[int, str]:
     """(the most ranks this machine should run at once, why that many)."""
-    cores = os.cpu_count() or 1
+    cores = usable_cpus()
     if not processes:
         return THREADS_PER_CORE * cores, f"{THREADS_PER_CORE} thread ranks per core × {cores} cores"
     by_cpu = PROCESSES_PER_CORE * cores

@@ -1,6 +1,6 @@
 """What Linux, macOS and Windows do differently for the processes the package starts, said once:
-the CPUs a process may use, the memory still free, how a process group stops, how a process dies
-at once, what an exit code means, whether a parent still runs. Everything else asks here.
+the CPUs a process may use and their load, the memory still free, how a process group stops,
+how a process dies at once, what an exit code means, whether a parent still runs.
 
 Each answer checks for the feature (`hasattr(os, "killpg")`), not for the system's name, so the
 Linux-only names cut away in tests/cuts/ take the same path as macOS and Windows.
@@ -28,6 +28,12 @@ def usable_cpus() -> int:
     if hasattr(os, "sched_getaffinity"):  # Linux
         return len(os.sched_getaffinity(0)) or 1
     return os.cpu_count() or 1
+
+
+def load_average() -> float:
+    """Processes running or waiting for a CPU, averaged over the last minute; NaN where the
+    system keeps no such figure (Windows)."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
 
 
 def available_bytes() -> int | None:
