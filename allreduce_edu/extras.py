@@ -19,6 +19,9 @@ EXTRAS = {
     "mpi": ("mpi4py", 'pip install -e ".[mpi]" and an MPI library '
                       "(apt-get install openmpi-bin libopenmpi-dev)"),
     "gpu": ("numba.cuda", 'a CUDA GPU and pip install -e ".[gpu]" (the simulator cannot be timed)'),
+    # not an extra: installs with the package, except on macOS, where numba-cuda has no build
+    "cuda": ("numba.cuda", "numba-cuda, which installs with allreduce-edu on Linux and Windows "
+                           "(macOS has no build)"),
 }
 
 
@@ -28,12 +31,12 @@ def why_missing(extra: str) -> str:
         raise ValueError(f"unknown extra {extra!r}; valid: {', '.join(EXTRAS)}")
     module, how = EXTRAS[extra]
     needs = f"needs {extra}: {how}"
-    if extra == "gpu":
+    if extra in ("gpu", "cuda"):
         try:
             from .gpu.target import simulated  # picks the target once; cheap without a GPU
         except ImportError:  # no numba-cuda build here (macOS)
             return needs
-        return needs if simulated() else ""
+        return needs if extra == "gpu" and simulated() else ""
     if importlib.util.find_spec(module) is None:
         return needs
     if extra == "mpi" and not shutil.which("mpirun"):

@@ -20,7 +20,7 @@ def test_a_missing_module_is_named_with_its_install_command(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     assert extras.why_missing("torch") == 'needs torch: pip install -e ".[torch]" (the CPU build is enough)'
     assert extras.why_missing("mpi").startswith('needs mpi: pip install -e ".[mpi]"')
-    with pytest.raises(ValueError, match="unknown extra 'tensorflow'; valid: torch, mpi, gpu"):
+    with pytest.raises(ValueError, match="unknown extra 'tensorflow'; valid: torch, mpi, gpu, cuda"):
         extras.why_missing("tensorflow")
 
 

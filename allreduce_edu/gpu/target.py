@@ -34,6 +34,8 @@ if "NUMBA_ENABLE_CUDASIM" not in os.environ and not _gpu_present():
         _config.reload_config()
 
 try:
+    # numba.cuda.core is numba-cuda's: without numba-cuda (macOS) Numba's retired target loads
+    import numba.cuda.core  # noqa: F401
     from numba import cuda
 except ImportError as e:  # numba-cuda (or its CUDA bindings) is not installed
     raise ImportError(f"the GPU kernels need numba-cuda, which installs with allreduce-edu on "
