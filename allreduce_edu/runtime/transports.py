@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from ..comm.grpc import GrpcCommunicator
-from ..comm.transports.shm import ShmLinks
-from ..comm.transports.shm.backend import chosen
+from ..comm.transports.shm import ShmLinks, chosen
 from ..comm.transports.shm.portable import Portable, Scratch
 from .processes import ProcessRanks
 from .threads import ThreadRanks

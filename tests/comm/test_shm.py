@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import allreduce_edu as ae
 from allreduce_edu.collectives import ALGORITHMS, OPS
+from allreduce_edu.comm.transports import shm
 from allreduce_edu.comm.transports.shm import backend, doorbell, linux, portable
 from allreduce_edu.comm.transports.shm.backend import INLINE_BYTES
 from allreduce_edu.comm.transports.shm.link import MESSAGE, RELEASE
@@ -67,12 +68,12 @@ def test_both_backends_implement_the_declared_seam():
 
 def test_the_backend_is_chosen_by_the_environment(monkeypatch):
     monkeypatch.setenv(backend.ENV, "portable")
-    assert backend.chosen() is portable.Portable
+    assert shm.chosen() is portable.Portable
     monkeypatch.setenv(backend.ENV, "carrier-pigeon")
     with pytest.raises(ValueError, match="valid values are 'linux' and 'portable'"):
-        backend.chosen()
+        shm.chosen()
     monkeypatch.delenv(backend.ENV)
-    assert backend.chosen() is (linux.Linux if linux.available() else portable.Portable)
+    assert shm.chosen() is (linux.Linux if linux.available() else portable.Portable)
 
 
 def _what_carried_a_ring(comm, count):
@@ -164,7 +165,7 @@ def test_a_cluster_sweeps_segment_names_its_ranks_left():
 
 
 def test_the_pool_reuses_segments_and_refuses_past_its_limit(shm_backend):
-    pool = Pool(backend.chosen()().new_segment, limit=3 << 20)
+    pool = Pool(shm.chosen()().new_segment, limit=3 << 20)
     first = pool.acquire(5000)
     assert first.handle is not None and first.size == 1 << 20  # new: its handle is still to hand over
     assert pool.acquire(1 << 21) is not None  # 1 + 2 MiB: at the limit
@@ -319,7 +320,7 @@ def test_a_full_pool_gives_plain_send_buffers_and_the_ring_stays_right(shm_backe
 
 
 def test_a_segment_released_twice_is_refused(shm_backend):
-    pool = Pool(backend.chosen()().new_segment)
+    pool = Pool(shm.chosen()().new_segment)
     segment = pool.acquire(10)
     assert pool.release(segment.id) and not pool.release(segment.id)  # a second release: refused
     pool.close()

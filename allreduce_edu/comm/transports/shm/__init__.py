@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import hmac
 import logging
+import os
 import threading
 import time
 
 from ...errors import RankFailure
-from .backend import ENV, chosen
+from . import linux, portable
+from .backend import ENV
 from .link import TICK, ShmLink
 
 log = logging.getLogger("allreduce_edu")
@@ -126,3 +128,17 @@ class ShmLinks:
         for link in list(self.links.values()):
             link.close()
         self._acceptor.join(2 * TICK)
+
+
+def chosen() -> type:
+    """The backend class this process uses: ALLREDUCE_EDU_SHM_BACKEND, else linux where it
+    works."""
+    wanted = os.environ.get(ENV, "").strip().lower()
+    if wanted not in ("", "linux", "portable"):
+        raise ValueError(f"{ENV}={wanted!r}: valid values are 'linux' and 'portable'")
+    if wanted == "portable" or (not wanted and not linux.available()):
+        return portable.Portable
+    if not linux.available():
+        raise RuntimeError(f"{ENV}=linux, but this system lacks what it needs (memfd, sealing, "
+                           f"SO_PEERCRED, SOCK_SEQPACKET): use {ENV}=portable")
+    return linux.Linux

@@ -1,7 +1,7 @@
 """The seam under the shared-memory transport: what a backend gives a link (gloo's
 `transport::Pair` is the model: one interface, one module per backend). Lesson 10.
 
-Two backends implement it, chosen once per process by `chosen()`:
+Two backends implement it, chosen once per process (shm.chosen(), from ENV):
 
 - `linux`: memfd segments whose descriptors travel over an abstract SOCK_SEQPACKET Unix socket;
   the kernel names the peer's user (SO_PEERCRED). Nothing ever has a name in a file system.
@@ -15,7 +15,6 @@ other system `portable`.
 
 from __future__ import annotations
 
-import os
 from typing import Protocol, runtime_checkable
 
 ENV = "ALLREDUCE_EDU_SHM_BACKEND"
@@ -124,19 +123,3 @@ class Backend(Protocol):
     def discard(self, handle) -> None:
         """A received handle that will not be used (a refused frame)."""
         ...
-
-
-def chosen() -> type:
-    """The backend class this process uses: ALLREDUCE_EDU_SHM_BACKEND, else linux where it
-    works."""
-    from . import linux, portable
-
-    wanted = os.environ.get(ENV, "").strip().lower()
-    if wanted not in ("", "linux", "portable"):
-        raise ValueError(f"{ENV}={wanted!r}: valid values are 'linux' and 'portable'")
-    if wanted == "portable" or (not wanted and not linux.available()):
-        return portable.Portable
-    if not linux.available():
-        raise RuntimeError(f"{ENV}=linux, but this system lacks what it needs (memfd, sealing, "
-                           f"SO_PEERCRED, SOCK_SEQPACKET): use {ENV}=portable")
-    return linux.Linux
