@@ -44,8 +44,9 @@ def show_source(obj) -> Source:
 
 def claim(holds, text: str) -> None:
     """A sentence about a measurement, checked against it: prints "✓ text" when `holds`, else
-    says the numbers above do not support it (nbval then fails: the words must follow the
-    numbers)."""
+    says the numbers above do not support it. What nbval compares is the sentence, not its mark
+    (lessons/nbval_sanitize.cfg reads a ✗ as a ✓): a busy laptop may move a measurement, and a
+    lesson's check must not turn on that."""
     print(f"✓ {text}" if holds else
           f"✗ not shown this time: {text}. The measurement above does not support it; a busy "
           f"machine slows some runs more than others: run the measuring cell again.")
