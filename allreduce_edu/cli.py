@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import bench, course, site
+from . import bench, course
 from .collectives import ALGORITHMS, allreduce
 from .runtime import Cluster, launch, limits
 from .runtime.cluster import TRANSPORTS
@@ -205,8 +205,12 @@ def build_parser() -> Parser:
                                       "--nnodes, --node-rank, --rendezvous)")
     launch.add_arguments(p)
     p.add_argument("--max-ranks", **LIMIT)
-    site.add_arguments(sub.add_parser("site", help="the lessons as web pages whose animations play "
-                                                   "without a kernel, from disk"))
+    p = sub.add_parser("site", help="the lessons as web pages whose animations play without a "
+                                    "kernel, from disk")
+    p.add_argument("dir", nargs="?", default="allreduce-edu-site",
+                   help="where to write the pages (default: ./allreduce-edu-site)")
+    p.add_argument("--lesson", metavar="NN", action="append", default=[],
+                   help="only lesson NN (repeatable; default: every lesson)")
     return parser
 
 
@@ -216,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "lessons":
         return lessons(args, parser.commands["lessons"])
     if args.command == "site":
+        from . import site  # nbformat and the widgets' pages: only the command that needs them
+
         try:
             return site.command(args)
         except ValueError as e:  # no such lesson

@@ -116,14 +116,6 @@ def write_index(folder, lessons: list[site_index.Lesson]) -> Path:
     return index
 
 
-def add_arguments(parser) -> None:
-    """`allreduce-edu site`'s arguments."""
-    parser.add_argument("dir", nargs="?", default="allreduce-edu-site",
-                        help="where to write the pages (default: ./allreduce-edu-site)")
-    parser.add_argument("--lesson", metavar="NN", action="append", default=[],
-                        help="only lesson NN (repeatable; default: every lesson)")
-
-
 def command(args) -> int:
     """`allreduce-edu site DIR`: build, then say which file to open."""
     index = build_site(args.dir, args.lesson or None)
