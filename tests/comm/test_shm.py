@@ -367,3 +367,16 @@ def _link_kinds(comm):
 def test_every_link_a_rank_routes_through_keeps_the_link_contract(shm_backend):
     assert cluster_for("shm", 2, backend=shm_backend).run(_link_kinds) == [[("shm", True)]] * 2
     assert cluster_for("grpc", 2).run(_link_kinds) == [[("grpc", True)]] * 2
+
+
+def test_a_flood_of_strangers_is_logged_once_and_counted(pair, caplog):
+    receiver, _ = pair
+    name = receiver.shm_socket
+    with caplog.at_level("WARNING", logger="allreduce_edu"):
+        for _ in range(30):
+            assert _intrude(name) == b""
+    deadline = time.monotonic() + 5
+    while receiver.nearby.refused < 30 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert receiver.nearby.refused == 30
+    assert sum("refused a shared-memory link" in r.getMessage() for r in caplog.records) == 1

@@ -43,6 +43,7 @@ class ShmLinks:
         self._token = comm.token.encode()
         self._arrived = threading.Condition()
         self._closing = False
+        self.refused = 0  # diallers turned away: strangers, or a peer that dialled twice
         self.backend = chosen()(scratch)
         self._listener = self.backend.listen()
         # what Ping hands out: the backend too, so that two backends never dial each other
@@ -100,21 +101,24 @@ class ShmLinks:
     def _handshake(self, dialler) -> int | None:
         """The dialling peer's rank, if it knows the token (and, where the backend can tell,
         runs as this user); else None."""
-        me = self.comm.rank
         if dialler.refusal:  # refused before it can make us wait
-            log.warning("rank %d refused a shared-memory link from %s: %s", me, dialler.who,
-                        dialler.refusal)
-            return None
+            return self._refused(f"{dialler.who}: {dialler.refusal}")
         try:
             token, _, rank = dialler.hello(2.0).partition(b" ")
         except OSError:
             return None
         # higher ranks dial this one (it dials the lower ones itself)
         ok = (hmac.compare_digest(token, self._token) and rank.isdigit()
-              and me < int(rank) < self.comm.world_size and int(rank) not in self.links)
-        if not ok:
-            log.warning("rank %d refused a shared-memory link from %s", me, dialler.who)
-        return int(rank) if ok else None
+              and self.comm.rank < int(rank) < self.comm.world_size
+              and int(rank) not in self.links)
+        return int(rank) if ok else self._refused(dialler.who)
+
+    def _refused(self, who: str) -> None:
+        """Log the first stranger, count the rest: a flood of them must not flood the output."""
+        self.refused += 1
+        if self.refused == 1:
+            log.warning("rank %d refused a shared-memory link from %s (later refusals are only "
+                        "counted: comm.nearby.refused)", self.comm.rank, who)
 
     def _add(self, peer: int, channel) -> None:
         with self._arrived:
