@@ -4,6 +4,7 @@ Introduced in lessons/00."""
 from __future__ import annotations
 
 import multiprocessing
+import threading
 import time
 import weakref
 
@@ -47,6 +48,7 @@ class Cluster:
         self.tls, self.links = tls, links
         self.trace = Trace()
         self._run_id = 0
+        self._turn = threading.Lock()  # held by the thread whose run is on the ranks
         self._world = None
         self._start()
 
@@ -92,9 +94,15 @@ class Cluster:
 
         An exception on any rank stops the others at once and is raised here, naming its rank.
         Interrupted (Ctrl-C, "interrupt kernel"), it stops every rank, replaces those that do not
-        stop, and says so.
+        stop, and says so. Calls from several threads (a widget's callback beside a cell) take
+        turns: each runs alone on the ranks and gets its own results.
         """
         __tracebackhide__ = True  # IPython's debugger skips these frames
+        with self._turn:  # the ranks run one call at a time, and a report names its run
+            return self._run(fn, args, kwargs)
+
+    def _run(self, fn, args, kwargs) -> list:
+        __tracebackhide__ = True
         if self.closed:
             raise RuntimeError("this Cluster is closed; create a new one (or call restart())")
         if self._dead:
