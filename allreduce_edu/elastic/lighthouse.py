@@ -29,12 +29,53 @@ SERVICE = "allreduce_edu.Lighthouse"
 METHODS = ("Heartbeat", "Quorum", "Connect", "Commit")
 
 
+#: every call's fields and their types, checked before a call touches any state (issue 37: one
+#: numeric replica_id once broke every quorum); a field marked optional may be left out
+FIELDS = {
+    "Heartbeat": {"replica_id": str, "leaving": (bool, "optional")},
+    "Quorum": {"replica_id": str, "step": int, "errored": (bool, "optional")},
+    "Connect": {"quorum_id": int, "replica_id": str, "address": str},
+    "Commit": {"quorum_id": int, "replica_id": str, "step": int, "ok": bool},
+}
+MAX_ID = 256  # characters in a replica id or an address
+
+
 def encode(body: dict) -> bytes:
     return json.dumps(body).encode()
 
 
-def decode(data: bytes) -> dict:
-    return json.loads(data.decode())
+def decode(data: bytes):
+    """A request's JSON body; the reason it is not one, as a string, if it is not."""
+    try:
+        return json.loads(data.decode())
+    except (UnicodeDecodeError, ValueError) as e:
+        return f"not a JSON body ({e})"
+
+
+def invalid(name: str, request) -> str:
+    """Why `request` breaks call `name`'s contract (FIELDS), or "" if it keeps it."""
+    if isinstance(request, str):
+        return request
+    if not isinstance(request, dict):
+        return f"the body is a {type(request).__name__}, not an object"
+    fields = FIELDS[name]
+    unknown = sorted(set(request) - set(fields))
+    if unknown:
+        return f"unknown field(s) {', '.join(unknown)}"
+    for field, rule in fields.items():
+        kind, optional = rule if isinstance(rule, tuple) else (rule, False)
+        if field not in request:
+            if not optional:
+                return f"{field} is missing"
+            continue
+        value = request[field]
+        if type(value) is not kind:  # bool is an int in Python: exact types only
+            return f"{field} must be {kind.__name__}, got {type(value).__name__} {value!r:.40}"
+        if kind is str and not 0 < len(value) <= MAX_ID:
+            return f"{field} must be 1 to {MAX_ID} characters"
+        if kind is int and value < 0:
+            return f"{field} must be >= 0, got {value}"
+    return ""
 
 
 class Lighthouse:
@@ -68,7 +109,7 @@ class Lighthouse:
                                    interceptors=[TokenInterceptor(self.token)],
                                    options=SERVER_OPTIONS)
         handlers = {name: grpc.unary_unary_rpc_method_handler(
-            getattr(self, f"_serve_{name.lower()}"), decode, encode) for name in METHODS}
+            self._checked(name), decode, encode) for name in METHODS}
         self._server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(SERVICE,
                                                                                     handlers)])
         port = self._server.add_insecure_port(f"{host}:0")
@@ -92,6 +133,17 @@ class Lighthouse:
         self._closed.set()
         self._server.stop(grace=0.2).wait(2)
         self._ticker.join(2)
+
+    def _checked(self, name: str):
+        """Call `name`'s handler, once its request keeps the contract (else INVALID_ARGUMENT)."""
+        serve = getattr(self, f"_serve_{name.lower()}")
+
+        def handler(request, context):
+            why = invalid(name, request)
+            if why:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{name}: {why}")
+            return serve(request, context)
+        return handler
 
     @property
     def quorum_ids(self) -> list[int]:
