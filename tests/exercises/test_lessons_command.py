@@ -67,12 +67,13 @@ def test_unchanged_lessons_follow_a_newer_release_changed_ones_do_not(tmp_path):
         (folder / name).write_text(text)  # as an older release delivered it ...
         manifest[name] = course._digest(folder / name)
     (folder / course.MANIFEST).write_text(json.dumps(manifest))
-    (folder / "04_tree_allreduce.ipynb").write_text("older, then changed by the learner")
+    learners = json.dumps({"cells": [], "note": "older, then changed by the learner"})  # still a notebook
+    (folder / "04_tree_allreduce.ipynb").write_text(learners)
     report = course.copy_lessons(folder)
     assert report.updated == ["02_naive_allreduce.ipynb"]
     assert (folder / "02_naive_allreduce.ipynb").read_bytes() == course.as_delivered(ROOT / "lessons/02_naive_allreduce.ipynb")
     assert report.kept_newer == ["04_tree_allreduce.ipynb"]
-    assert (folder / "04_tree_allreduce.ipynb").read_text() == "older, then changed by the learner"
+    assert (folder / "04_tree_allreduce.ipynb").read_text() == learners
 
 
 def test_bad_reset_is_a_one_line_usage_error(tmp_path, capsys):
@@ -176,6 +177,7 @@ def test_the_key_is_never_written_over_a_learners_folder(tmp_path, capsys):
         course.write_solved(tmp_path / "mine")
 
 
+@pytest.mark.processes
 def test_the_key_keeps_its_checks_out_of_the_instructors_progress(tmp_path, monkeypatch):
     monkeypatch.setenv("ALLREDUCE_EDU_DATA_DIR", str(tmp_path / "instructor"))
     [(name, problems, skipped)] = course.write_solved(tmp_path / "key", lessons=["00"])
