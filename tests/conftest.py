@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import signal
 import tempfile
 
 import numpy as np
@@ -20,6 +21,8 @@ os.environ["ALLREDUCE_EDU_DATA_DIR"] = tempfile.mkdtemp(prefix="allreduce-edu-te
 import allreduce_edu as ae  # noqa: E402 - after the data folder is set
 from allreduce_edu.comm.transports.shm import backend as shm_backends  # noqa: E402
 from allreduce_edu.comm.transports.shm import linux as shm_linux  # noqa: E402
+from allreduce_edu.comm.transports.shm import portable as shm_portable  # noqa: E402
+from allreduce_edu.runtime import osfacts  # noqa: E402
 
 _clusters: dict[tuple, ae.Cluster] = {}
 
@@ -69,7 +72,8 @@ def _close_clusters():
         cluster.close()
 
 
-@pytest.fixture(params=["local", "grpc", "shm"])
+@pytest.fixture(params=["local", pytest.param("grpc", marks=pytest.mark.processes),
+                        pytest.param("shm", marks=pytest.mark.processes)])
 def transport(request) -> str:
     return request.param
 
@@ -83,9 +87,52 @@ def no_leftover_processes():
     assert not leftover, f"rank processes left running: {leftover}"
 
 
+def _readable(path: str) -> bool:
+    try:
+        with open(path, "rb"):
+            return True
+    except OSError:
+        return False
+
+
+#: whether /proc tells about processes (Linux; not macOS or Windows, nor the Windows cut)
+HAS_PROC = _readable("/proc/self/maps")
+needs_proc = pytest.mark.skipif(not HAS_PROC, reason="reads /proc: Linux only")
+needs_killpg = pytest.mark.skipif(not hasattr(os, "killpg"), reason="signals a process group (os.killpg): POSIX only")
+
+#: how a rank ended by osfacts.HARD_KILL (die_now) is reported, as regular expressions: by its
+#: signal, SIGKILL, on POSIX; Windows has none (os.kill with SIGTERM is TerminateProcess, exit code
+#: 15), and under the Windows cut the kernel reports SIGTERM (-15)
+KILLED = "killed by SIGKILL" if hasattr(signal, "SIGKILL") else "(killed by SIGTERM|exit code 15)"
+KILLED_CODE = "-9" if hasattr(signal, "SIGKILL") else "-?15"
+
+
+def running(pid: int) -> bool:
+    """Whether a process with this id exists (POSIX: a zombie, ended but not yet reaped, does)."""
+    if os.name == "nt":  # there os.kill would end it: ask a handle to the process instead
+        return osfacts.parent_watch(pid)()
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def interrupt_me() -> None:
+    """Ctrl-C for this process, as a terminal sends it (POSIX: SIGINT to this process; on Windows
+    os.kill would end it with TerminateProcess, so the signal is raised inside)."""
+    if os.name == "nt":
+        signal.raise_signal(signal.SIGINT)
+    else:
+        os.kill(os.getpid(), signal.SIGINT)
+
+
 def shm_objects() -> int:
     """Shared memory this user holds anywhere: /dev/shm entries, plus our mappings (memfds, and the
-    portable backend's files, named or already unlinked)."""
+    portable backend's files, named or already unlinked). Without /proc (macOS, Windows) mappings
+    cannot be seen: only the portable backend's files that still have a name are counted."""
+    if not HAS_PROC:
+        return sum(n.startswith(shm_portable.PREFIX) for n in os.listdir(shm_portable.scratch_base()))
     count = len(os.listdir("/dev/shm"))
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import nbformat
+import pytest
 
 from allreduce_edu import course, site_index
 
@@ -13,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
 
+@pytest.mark.processes
 def test_the_ten_lines_run_as_they_are(capsys):
     section = README[README.index("## In ten lines"):]
     code = re.search(r"```python\n(.*?)```", section, re.S)[1]

@@ -17,6 +17,7 @@ def cli(*args, timeout=240) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
+@pytest.mark.processes
 def test_demo_checks_every_algorithm_against_numpy():
     result = cli("demo", "-n", "3", "--count", "1001")
     assert result.returncode == 0, result.stderr
@@ -28,6 +29,7 @@ def test_demo_checks_every_algorithm_against_numpy():
     assert [line.split()[0] for line in lines[2:]] == list(ALGORITHMS)  # the header, then only rows
 
 
+@pytest.mark.processes
 def test_bench_prints_nccl_tests_columns_and_writes_json(tmp_path):
     out = tmp_path / "rows.json"
     result = cli("bench", "-n", "2", "--algorithm", "ring,tree", "-b", "8", "-e", "4K", "-f", "8",
@@ -44,6 +46,7 @@ def test_bench_prints_nccl_tests_columns_and_writes_json(tmp_path):
         assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * 2 * (2 - 1) / 2)
 
 
+@pytest.mark.processes
 def test_bench_rejects_unknown_algorithms():
     result = cli("bench", "--algorithm", "ring,telepathy")
     assert result.returncode == 2 and "telepathy" in result.stderr and "rabenseifner" in result.stderr

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.processes  # each test runs the command line in a subprocess
 resource = pytest.importorskip("resource", reason="CPU time of a child from getrusage: POSIX only")
 
 HEAVY = ("nbformat", "jsonschema", "matplotlib", "anywidget", "ipywidgets", "allreduce_edu.site")

@@ -53,6 +53,7 @@ def test_every_op_dtype_size_and_world_local(case):
     check_halves(cluster_for("local", n), rows, op, dtype, seed)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("processes", ["grpc", "shm"])
 @pytest.mark.parametrize("n", [3, 5, 8])
 def test_process_transports(processes, n):

@@ -33,6 +33,7 @@ def test_any_shape_and_non_contiguous_local(algorithm, shape):
     check_allreduce(cluster_for("local", 5), algorithm, "sum", shape, "float64", strided=True)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("n", [1, 3, 4])
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 @pytest.mark.parametrize("processes", ["grpc", "shm"])
@@ -45,6 +46,7 @@ def test_process_sweep(processes, algorithm, n):
     check_allreduce(cluster, algorithm, "sum", (3, 4), "float32", strided=True)
 
 
+@pytest.mark.processes
 def test_24_mib_on_grpc_is_streamed_in_chunks():
     cluster = cluster_for("grpc", 3)
     check_allreduce(cluster, "ring", "sum", (6 * 1024 * 1024,), "float32")  # 24 MiB per rank

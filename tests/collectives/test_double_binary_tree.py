@@ -160,6 +160,7 @@ def test_on_in_flight_links_the_result_is_the_sum(n):
             assert all(np.array_equal(y, sum(x)) for y in out)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("processes", ["grpc", "shm"])
 @pytest.mark.parametrize("n", [2, 5, 8])
 def test_more_world_sizes_on_process_transports(processes, n):

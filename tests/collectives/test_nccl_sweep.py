@@ -10,6 +10,8 @@ from test_bruck import check_halves
 
 import allreduce_edu as ae
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.mark.parametrize("processes", ["grpc", "shm"])
 @pytest.mark.parametrize("n", range(1, 10))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import time
 
 import numpy as np
@@ -14,6 +13,7 @@ from conftest import cluster_for
 
 import allreduce_edu as ae
 from allreduce_edu.collectives.nonblocking import wait_all
+from allreduce_edu.runtime.osfacts import die_now
 
 
 def _mixed(comm):
@@ -66,7 +66,7 @@ def test_a_mismatch_inside_a_request_is_raised_by_wait():
 def _outcome_of_a_request_whose_peer_dies(comm, folder):
     if comm.rank == 1:
         time.sleep(0.5)
-        os.kill(os.getpid(), signal.SIGKILL)
+        die_now()
     request = ae.iallreduce(comm, np.ones(1 << 16))
     t0 = time.monotonic()
     try:
@@ -79,6 +79,7 @@ def _outcome_of_a_request_whose_peer_dies(comm, folder):
         json.dump(outcome, f)
 
 
+@pytest.mark.processes
 def test_a_rank_killed_while_a_request_is_in_flight_fails_wait_on_every_survivor(tmp_path):
     with ae.Cluster(4, timeout=20) as cluster, pytest.raises(ae.RankFailure, match="rank 1 died"):
         cluster.run(_outcome_of_a_request_whose_peer_dies, str(tmp_path))

@@ -52,7 +52,7 @@ def _many_in_order(comm, count):
     return [int(comm.recv(0, "x")[0]) for _ in range(count)]
 
 
-@pytest.mark.parametrize("transport", ["local", "grpc", "shm"])
+@pytest.mark.parametrize("transport", ["local", pytest.param("grpc", marks=pytest.mark.processes), pytest.param("shm", marks=pytest.mark.processes)])
 def test_messages_in_flight_arrive_whole_and_in_order(transport):
     links = Links.flat("1ms", "1GB/s", in_flight=True)
     with ae.Cluster(2, transport=transport, links=links) as cluster:

@@ -93,6 +93,7 @@ def _one_way(comm, size, reps=5):
     return min(times[1:]) / 2
 
 
+@pytest.mark.processes
 def test_over_grpc_a_cross_node_message_waits_its_link_time_once():
     """The emulated link delays the message by at least its time (22 ms), and only once: gRPC adds
     about 1 ms on a quiet machine, several on a busy one, never a second link time."""
@@ -129,6 +130,7 @@ def test_hierarchical_matches_numpy_on_every_node_size(n):
                 np.testing.assert_array_equal(results[key], expected, err_msg=f"n={n} L={per_node} {key} rank {rank}")
 
 
+@pytest.mark.processes
 def test_hierarchical_on_grpc_ranks_with_two_per_node():
     def run(comm):
         comm.ranks_per_node = 2  # as allreduce_edu.init() sets it from the launch's ranks per node
@@ -234,7 +236,7 @@ def _gather_to_rank_0(comm):
     return time.perf_counter() - t0
 
 
-@pytest.mark.parametrize("transport", ["local", "shm"])
+@pytest.mark.parametrize("transport", ["local", pytest.param("shm", marks=pytest.mark.processes)])
 def test_a_root_gathering_from_n_minus_1_ranks_waits_n_minus_1_link_times(transport):
     """Receives arrive one after another at the root's port, as costmodel's naive formula charges;
     without ingress, the root would wait one link time."""
@@ -256,6 +258,7 @@ def _cpu_over_a_long_send(comm):
     return (time.process_time() - cpu) / (time.perf_counter() - wall)
 
 
+@pytest.mark.processes
 def test_an_emulated_wait_uses_no_cpu():
     """The sender sleeps to its deadline: its process spends under 5 % of the wait on the CPU,
     leaving the cores to the other ranks (a spin would take 100 %)."""
@@ -276,6 +279,7 @@ def _ports_free_again(comm):
     return time.perf_counter() - t0
 
 
+@pytest.mark.processes
 def test_ports_are_shared_by_the_clusters_ranks_and_new_after_a_restart():
     links = Links.flat("30ms", "1GB/s")
     with ae.Cluster(3, transport="shm", links=links) as cluster:
@@ -287,6 +291,7 @@ def test_ports_are_shared_by_the_clusters_ranks_and_new_after_a_restart():
     assert links.ports is None  # the caller's links stay a description; each world books its own
 
 
+@pytest.mark.processes
 def test_bench_on_flat_links_prints_the_links_model_and_the_fitted_one(tmp_path):
     out = tmp_path / "rows.json"
     result = subprocess.run([sys.executable, "-m", "allreduce_edu.cli", "bench", "-n", "2", "--transport", "local",

@@ -45,6 +45,7 @@ def _sum(comm):
     return ae.allreduce(comm, np.arange(5.0) * (comm.rank + 1), algorithm="ring")
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("mutual", [False, True])
 def test_tls_cluster_computes_over_encrypted_links(mutual):
     tls = self_signed()
@@ -75,6 +76,7 @@ def test_mutual_tls_refuses_a_client_without_a_certificate():
         server.close()
 
 
+@pytest.mark.processes
 def test_the_default_bind_address_is_loopback():
     import inspect
     assert inspect.signature(ae.Cluster).parameters["host"].default == "127.0.0.1"

@@ -26,6 +26,7 @@ def test_ring_sends_2_n_minus_1_over_n_of_the_buffer_in_2_n_minus_1_messages(n):
     assert cluster.trace.steps() == {"reduce_scatter": n - 1, "all_gather": n - 1}
 
 
+@pytest.mark.processes
 def test_ring_volume_on_grpc_matches_local():
     cluster = cluster_for("grpc", 4)
     cluster.run(_allreduce, 1000, "ring")

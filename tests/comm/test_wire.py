@@ -8,7 +8,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from conftest import cluster_for
+from conftest import cluster_for, needs_proc
 
 from allreduce_edu._proto import codegen
 from allreduce_edu._proto import rank_pb2 as pb
@@ -124,6 +124,8 @@ def _listening_hosts(port: int) -> set[str]:
     return hosts
 
 
+@pytest.mark.processes
+@needs_proc
 def test_ranks_listen_on_loopback_only():
     cluster = cluster_for("grpc", 3)
     for address in cluster.addresses:

@@ -74,6 +74,7 @@ def test_x_s_dtype_comes_back(dtype):
         check(results, want, how, 3, (50, 2), dtype)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("transport,world_size", [("grpc", 3), ("shm", 4)])
 def test_over_real_transports(transport, world_size):
     cluster = cluster_for(transport, world_size)

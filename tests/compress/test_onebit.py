@@ -79,6 +79,7 @@ def test_integers_are_refused():
         cluster_for("local", 2).run(lambda comm: OneBit().mean(comm, np.arange(8)))
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("transport,world_size", [("grpc", 3), ("shm", 4)])
 def test_over_real_transports(transport, world_size):
     cluster = cluster_for(transport, world_size)

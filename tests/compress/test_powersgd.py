@@ -186,6 +186,7 @@ def test_any_algorithm_or_a_learner_s_ring_carries_it(algorithm):
     np.testing.assert_allclose(other, ring, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("transport,world_size", [("grpc", 3), ("shm", 2)])
 def test_over_real_transports(transport, world_size):
     cluster = cluster_for(transport, world_size)

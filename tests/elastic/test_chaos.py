@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import HAS_PROC, needs_proc
 
 from allreduce_edu.elastic.chaos import Kill, chaos_schedule, run_chaos
 from allreduce_edu.elastic.restart import run_restart, young_daly_interval
@@ -53,15 +54,17 @@ def our_segments() -> int:
 @pytest.fixture(scope="module")
 def chaos():
     # what this test process already runs (the session's shared clusters) is not the chaos run's
-    before = {"segments": our_segments(), "processes": set(our_processes()),
+    before = {"segments": our_segments() if HAS_PROC else None,
+              "processes": set(our_processes()) if HAS_PROC else set(),
               "children": set(multiprocessing.active_children())}
     result = run_chaos(steps=30, schedule=SCHEDULE, heartbeat_timeout=0.3)
     deadline = time.monotonic() + 5.0  # the watchdog shells end within a second of their rank
-    while set(our_processes()) - before["processes"] and time.monotonic() < deadline:
+    while HAS_PROC and set(our_processes()) - before["processes"] and time.monotonic() < deadline:
         time.sleep(0.2)
     return result, before
 
 
+@pytest.mark.processes
 def test_every_committed_step_has_identical_weights_on_enough_replicas(chaos):
     result, _ = chaos
     committed = result.committed()
@@ -73,6 +76,7 @@ def test_every_committed_step_has_identical_weights_on_enough_replicas(chaos):
         assert all(r["step"] == step for r in records)
 
 
+@pytest.mark.processes
 def test_each_kill_happened_at_its_phase_and_its_replica_left_the_quorum(chaos):
     result, _ = chaos
     died_at = {phase: step for _, step, phase, _ in result.deaths}
@@ -86,6 +90,7 @@ def test_each_kill_happened_at_its_phase_and_its_replica_left_the_quorum(chaos):
             f"{replica_id} was in a quorum a heartbeat timeout after it died ({phase})"
 
 
+@pytest.mark.processes
 def test_the_replacements_heal_and_rejoin(chaos):
     result, _ = chaos
     dead = {d[0] for d in result.deaths}
@@ -100,6 +105,7 @@ def test_the_replacements_heal_and_rejoin(chaos):
     assert ids == sorted(ids) and len(set(ids)) > len(SCHEDULE), "each kill re-formed the world"
 
 
+@pytest.mark.processes
 def test_the_loss_curve_follows_training(chaos):
     result, _ = chaos
     curve = result.loss_curve()
@@ -107,6 +113,8 @@ def test_the_loss_curve_follows_training(chaos):
     assert result.goodput > 0 and result.committed_steps == 30
 
 
+@pytest.mark.processes
+@needs_proc
 def test_nothing_is_left_behind(chaos):
     result, before = chaos
     assert not set(our_processes()) - before["processes"]
@@ -131,6 +139,7 @@ def test_young_daly():
 
 
 @pytest.mark.slow
+@pytest.mark.processes
 def test_restart_from_checkpoint_trains_the_same_model_through_the_same_kills():
     result = run_restart(steps=30, schedule=SCHEDULE, checkpoint_every=5)
     X, y = make_dataset()

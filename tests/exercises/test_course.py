@@ -208,6 +208,7 @@ def test_scaffold_lines_fit_a_jupyterlab_column(exercise):
     assert all(len(line) <= 90 for line in course.source(cell).splitlines()), exercise
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("exercise, checker", [("02.1", "lesson02.check_naive_allreduce"),
                                                ("03.1", "lesson03.check_ring_allreduce"),
                                                ("07.1", "lesson07.check_fused")])

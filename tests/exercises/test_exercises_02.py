@@ -104,6 +104,7 @@ def sends_its_sum_twice(comm, x):
     return total
 
 
+@pytest.mark.processes
 def test_right_answer_passes():
     feedback = check_naive_allreduce(naive)
     assert feedback, feedback

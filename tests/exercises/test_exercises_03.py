@@ -99,6 +99,7 @@ def library(comm, x):
     return allreduce_edu.allreduce(comm, x)
 
 
+@pytest.mark.processes
 def test_right_ring_passes_and_reports_bytes():
     feedback = check_ring_allreduce(ring, shapes=((10,), (100_003,), (2, 5)))  # the notebook runs 1,000,003
     assert feedback, feedback
@@ -162,6 +163,7 @@ def pipelined_reversed_segments(comm, x):  # stores the two segments of each gat
     return np.concatenate([np.concatenate(p) for p in pieces]).reshape(x.shape)
 
 
+@pytest.mark.processes
 def test_pipelined_checker():
     assert check_pipelined_ring(pipelined, shapes=((10,), (1001,)))
     plain = check_pipelined_ring(ring, shapes=((10,),), **QUICK)

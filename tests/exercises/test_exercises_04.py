@@ -84,12 +84,14 @@ def my_tree_reduce(comm, x):
     ...  # your code here, in place of `...`
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("fn", [right, reference("04.1")], ids=["right", "the solution"])
 def test_tree_reduce_checker_passes_a_binomial_reduce(fn):
     feedback = check_tree_reduce(fn)
     assert feedback, feedback
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("fn, worlds, words", [  # each on the smallest world that shows the mistake
     (highest_bit_first, ((4, 1),), "rank 3 sent to rank 1 at step 0, but in a binomial tree rank 3 sends to rank 2 (3 − 2^0)"),
     (forwards_own_data, ((4, 9),), "missing the data of rank(s) [3]"),

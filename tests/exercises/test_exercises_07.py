@@ -151,6 +151,7 @@ def my_fused(comm, x):
     ...  # your code here, in place of `...`
 
 
+@pytest.mark.processes
 def test_right_answer_passes_on_grpc_and_reports_rows_and_bytes():
     feedback = check_fused(reference("07.1"))  # the registered solution, shipped by value
     assert feedback, feedback

@@ -137,12 +137,14 @@ def average_gradients(comm, grads, bucket_bytes=700):
     ...  # your code here, in place of `...`
 
 
+@pytest.mark.processes
 def test_average_gradients_passes():
     feedback = check_average_gradients(right)
     assert feedback and "same weights" in feedback.message and "3 buckets" in feedback.message
     assert check_average_gradients(right_in_reverse)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("fn, hint", [
     (per_tensor, "one all-reduce per tensor"),
     (one_bucket, "one bucket for everything"),
@@ -154,6 +156,7 @@ def test_bucketing_hints(fn, hint):
     assert not feedback and hint in feedback.message, feedback
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("fn, hint", [
     (forgot_to_divide, "forgot to divide"),
     (divided_twice, "twice"),
@@ -220,6 +223,7 @@ def test_solutions_exist(capsys):
     assert "140" in registry.get("08.2").solution and registry.get("08.3").solution.startswith("b")
 
 
+@pytest.mark.processes
 def test_the_solution_passes_its_checker():
     fn = reference("08.1")
     assert fn.__name__ == "average_gradients"

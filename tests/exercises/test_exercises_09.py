@@ -165,6 +165,7 @@ def no_gloo(monkeypatch):
     monkeypatch.setattr(lesson09, "missing", lambda engine: "torch is not installed (pip install 'allreduce-edu[torch]')")
 
 
+@pytest.mark.processes
 def test_without_the_engine_a_right_ring_gets_needs_torch_not_a_failed_try(no_gloo, tmp_path, monkeypatch):
     monkeypatch.setenv("ALLREDUCE_EDU_DATA_DIR", str(tmp_path))
     feedback = check_ring_on_engine(ring, world_sizes=(3,), sizes=(10, 1001))
@@ -174,17 +175,20 @@ def test_without_the_engine_a_right_ring_gets_needs_torch_not_a_failed_try(no_gl
     assert not (tmp_path / "progress.json").exists()  # not counted as a try
 
 
+@pytest.mark.processes
 def test_without_the_engine_send_then_recv_gets_a_warning(no_gloo):
     feedback = check_ring_on_engine(send_then_recv, world_sizes=(3,), sizes=(10,))
     assert feedback.status == "check failed", feedback
     assert "You use comm.send" in feedback.message and "deadlocks on gloo" in feedback.message
 
 
+@pytest.mark.processes
 def test_without_the_engine_the_registered_solution_needs_torch(no_gloo):
     feedback = check_ring_on_engine(reference("09.1"), world_sizes=(3,), sizes=(10, 1001))
     assert feedback.message.startswith("needs torch") and course.passed_or_needs_extra(repr(feedback))
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("fn, words", [
     (uses_the_library, ["asked for comm.allreduce", "not available"]),
     (index_off_the_end, ["IndexError", "% N"]),
@@ -196,6 +200,7 @@ def test_errors_in_the_ring_come_with_a_hint(no_gloo, fn, words):
         assert word in feedback.message, feedback
 
 
+@pytest.mark.processes
 def test_without_the_engine_reshape_still_fails_with_the_hint(no_gloo):
     feedback = check_ring_on_engine(blog_ring, world_sizes=(3,), sizes=(10,))
     assert not feedback

@@ -54,6 +54,7 @@ def test_copied_bytes_checker():
     assert check_copied_bytes(None, s, n).status == "not attempted"
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("count", [1 << 22, (1 << 22) + 3])
 def test_the_ring_copies_what_copied_bytes_says_on_every_rank(count):
     """The count the lesson's claim rests on, measured on shm ranks (uneven chunks too)."""

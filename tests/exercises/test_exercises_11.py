@@ -101,6 +101,7 @@ def only_rank_0_reduces(comm, weights, grad, m, v, step, lr):
     return weights
 
 
+@pytest.mark.processes
 def test_right_zero1_step_passes_on_grpc_and_reports_bytes():
     feedback = check_zero1_step(reference("11.1"))
     assert feedback, feedback

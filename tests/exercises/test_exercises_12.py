@@ -145,6 +145,7 @@ def test_zero3_pass_gathers_the_right_weights_with_and_without_prefetch(world_si
     np.testing.assert_array_equal(ones[0], np.full(3, world_size))
 
 
+@pytest.mark.processes
 def test_busy_cores_is_a_share_of_the_machine():
     share = busy_cores(cluster_for("shm", 2), 1 << 16, iters=3)
     assert 0 < share <= 1.2  # CPU seconds of both rank processes over wall seconds × cores

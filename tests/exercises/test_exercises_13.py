@@ -48,12 +48,14 @@ def my_sync_norm_grads(comm, grad_weight, grad_bias):
     ...  # your code here, in place of `...`
 
 
+@pytest.mark.processes
 @needs_torch
 def test_right_answers_pass():
     assert check_norm_grad_sync(reference("13.2"))  # on ranks of its own, as in the lesson
     assert check(both_at_once, world_size=2)
 
 
+@pytest.mark.processes
 @needs_torch
 def test_the_missing_all_reduce_is_named_with_its_step():
     feedback = check(no_sync)
@@ -64,6 +66,7 @@ def test_the_missing_all_reduce_is_named_with_its_step():
         in half.message
 
 
+@pytest.mark.processes
 @needs_torch
 def test_averaging_agrees_across_ranks_but_not_with_one_process():
     feedback = check(averaged)
@@ -72,6 +75,7 @@ def test_averaging_agrees_across_ranks_but_not_with_one_process():
     assert "0.33× the right one" in feedback.message and "did you average" in feedback.message
 
 
+@pytest.mark.processes
 @needs_torch
 def test_errors_are_reported():
     broken = check(wrong_shape, world_size=2)
@@ -85,6 +89,7 @@ def test_the_scaffold_is_not_attempted_with_or_without_torch(monkeypatch):
     assert feedback.status == "check failed" and 'pip install -e ".[torch]"' in feedback.message
 
 
+@pytest.mark.processes
 def test_the_lesson_runs_clean_without_torch(tmp_path, monkeypatch):
     """Every torch cell says what it needs and skips; nothing raises (torch hidden from the
     kernel and its ranks by a sitecustomize that blocks the import)."""
@@ -104,6 +109,7 @@ def test_the_lesson_runs_clean_without_torch(tmp_path, monkeypatch):
     assert "not attempted yet" in course.feedback(course.exercise_cells(ran)["13.2"])
 
 
+@pytest.mark.processes
 @needs_torch
 def test_drift_grows_without_the_all_reduce_and_is_zero_with_it():
     cluster = cluster_for("grpc", 3)
@@ -161,12 +167,14 @@ def check_hook(fn, **kwargs):
     return check_ddp_hook(fn, cluster=cluster_for("grpc", 3), **kwargs)
 
 
+@pytest.mark.processes
 @needs_torch
 def test_the_hook_through_the_ring_passes():
     feedback = check_hook(reference("13.1"), ring=reference("03.1"))
     assert feedback and "all 5 buckets of 3 steps" in feedback.message
 
 
+@pytest.mark.processes
 @needs_torch
 def test_wrong_hooks_are_named_with_bucket_step_and_rank():
     summed_up = check_hook(summed)
@@ -178,6 +186,7 @@ def test_wrong_hooks_are_named_with_bucket_step_and_rank():
     assert not gloo and "sent no byte through its communicator" in gloo.message
 
 
+@pytest.mark.processes
 @needs_torch
 def test_a_hook_without_a_completed_future_is_reported():
     plain = check_hook(no_future)

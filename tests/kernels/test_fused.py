@@ -105,6 +105,7 @@ def test_every_variant_matches_the_float64_reference_local(n, variant):
     check(cluster_for("local", n), variant, cases(n))
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("n", [1, 3])
 def test_every_variant_matches_the_float64_reference_grpc(n, variant):
@@ -135,7 +136,8 @@ def _sent(comm, variant, shape):
     return ae.reduce_layernorm_broadcast(comm, x, variant=variant)
 
 
-@pytest.mark.parametrize("transport, n", [("local", 2), ("local", 3), ("local", 4), ("grpc", 3)])
+@pytest.mark.parametrize("transport, n", [("local", 2), ("local", 3), ("local", 4),
+                                          pytest.param("grpc", 3, marks=pytest.mark.processes)])
 def test_fused_sends_exactly_the_bytes_of_a_ring_allreduce(transport, n):
     cluster = cluster_for(transport, n)
     shape = (4 * n, 24)  # rows divisible by N
@@ -244,6 +246,7 @@ def test_cli_bench_op_layernorm_rejects_bad_options(args, capsys):
     assert info.value.code == 2
 
 
+@pytest.mark.processes
 def test_bench_on_grpc_ranks_reports_cpu_time_too():
     rows = fused_bench.measure_all(cluster_for("grpc", 3), rows=(5,), hidden=(8,), iters=1, warmup=0)
     assert [r["variant"] for r in rows] == list(fused_bench.ROWS)

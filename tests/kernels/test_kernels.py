@@ -294,6 +294,7 @@ def test_kernels_from_many_threads():
             assert (acc == seed).all()
 
 
+@pytest.mark.processes
 def test_workqueue_layer_serialises_launches():
     """Numba's fallback layer aborts the process on concurrent launches unless kernels.py takes turns."""
     code = textwrap.dedent("""

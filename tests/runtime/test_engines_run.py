@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -44,6 +45,9 @@ def need(engine):
         pytest.skip(f"{engine}: {engines.missing(engine)}")
 
 
+needs_ps = pytest.mark.skipif(shutil.which("ps") is None, reason="lists processes with `ps`: POSIX only")
+
+
 def engine_processes() -> list[str]:
     """Processes this machine runs for run_on_engine (ranks, launchers, mpirun)."""
     ps = subprocess.run(["ps", "-eo", "pid,args"], check=False, capture_output=True, text=True).stdout.splitlines()
@@ -52,6 +56,7 @@ def engine_processes() -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.parametrize("engine", engines.ENGINES)
 def test_a_notebook_function_runs_on_three_engine_processes(engine, capsys):
     need(engine)
@@ -66,6 +71,8 @@ def test_a_notebook_function_runs_on_three_engine_processes(engine, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.processes
+@needs_ps
 @pytest.mark.parametrize("engine", engines.ENGINES)
 def test_a_failing_function_raises_with_its_rank_and_traceback(engine):
     need(engine)
@@ -80,6 +87,8 @@ def test_a_failing_function_raises_with_its_rank_and_traceback(engine):
 
 
 @pytest.mark.slow
+@pytest.mark.processes
+@needs_ps
 @pytest.mark.parametrize("engine", engines.ENGINES)
 def test_a_run_past_its_timeout_is_killed_and_leaves_no_process(engine):
     need(engine)
@@ -92,6 +101,7 @@ def test_a_run_past_its_timeout_is_killed_and_leaves_no_process(engine):
 
 
 @pytest.mark.slow
+@pytest.mark.processes
 def test_compare_with_builtin_gives_a_row_per_dtype_and_size():
     engine = next((e for e in engines.ENGINES if engine_available(e)), None)
     if engine is None:

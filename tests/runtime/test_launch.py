@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import running
 
 from allreduce_edu.collectives import ALGORITHMS
 from allreduce_edu.runtime.rendezvous import Rendezvous
@@ -30,13 +31,10 @@ def script(tmp_path: Path, body: str) -> Path:
 
 
 def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+    return not running(pid)
 
 
+@pytest.mark.processes
 def test_launch_runs_the_demo_on_four_ranks():
     result = launch("-n", 4, "examples/allreduce_demo.py")
     assert result.returncode == 0, result.stderr
@@ -47,6 +45,7 @@ def test_launch_runs_the_demo_on_four_ranks():
     assert "at 127.0.0.1:" in result.stdout  # single node: loopback only
 
 
+@pytest.mark.processes
 def test_launch_over_shared_memory_reaches_every_local_peer_through_it(tmp_path):
     body = """
         import numpy as np, allreduce_edu as ae
@@ -61,6 +60,7 @@ def test_launch_over_shared_memory_reaches_every_local_peer_through_it(tmp_path)
         assert f"[rank {rank}] peers {[r for r in range(3) if r != rank]} ['shm']" in result.stdout
 
 
+@pytest.mark.processes
 def test_a_failing_rank_stops_the_launch_and_leaves_nothing_running(tmp_path):
     body = """
         import os, signal, sys, time
@@ -88,6 +88,7 @@ def test_a_failing_rank_stops_the_launch_and_leaves_nothing_running(tmp_path):
     assert all(gone(pid) for pid in pids), "a rank outlived its launcher"
 
 
+@pytest.mark.processes
 def test_ranks_exit_when_their_launcher_is_killed(tmp_path):
     body = """
         import os, sys, time
@@ -114,6 +115,7 @@ def test_ranks_exit_when_their_launcher_is_killed(tmp_path):
     assert all(gone(pid) for pid in pids), "ranks outlived a killed launcher"
 
 
+@pytest.mark.processes
 def test_a_missing_rank_at_rendezvous_is_named_in_bounded_time(tmp_path):
     body = """
         import allreduce_edu as ae
@@ -130,6 +132,7 @@ def test_a_missing_rank_at_rendezvous_is_named_in_bounded_time(tmp_path):
                    for line in result.stderr.splitlines()), result.stderr
 
 
+@pytest.mark.processes
 def test_two_nodes_on_one_machine_share_a_token_file(tmp_path):
     body = """
         import numpy as np
@@ -158,6 +161,7 @@ def test_two_nodes_on_one_machine_share_a_token_file(tmp_path):
     assert all(f"rank {r} ok, ranks_per_node=2" in text for r in range(4)), text
 
 
+@pytest.mark.processes
 def test_several_nodes_need_a_shared_token(tmp_path):
     env = {k: "" for k in ("ALLREDUCE_EDU_TOKEN", "ALLREDUCE_EDU_TOKEN_FILE")}
     result = launch("--nnodes", 2, "--node-rank", 1, "-n", 1, "--rendezvous", "127.0.0.1:29500",
@@ -165,6 +169,7 @@ def test_several_nodes_need_a_shared_token(tmp_path):
     assert result.returncode == 2 and "ALLREDUCE_EDU_TOKEN" in result.stderr
 
 
+@pytest.mark.processes
 def test_a_script_run_alone_is_a_world_of_one(tmp_path):
     body = """
         import numpy as np
@@ -199,6 +204,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.processes
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM to the launcher is TerminateProcess on "
+                    "Windows, which it cannot catch: POSIX only")
 def test_sigterm_to_the_launcher_stops_its_ranks(tmp_path):
     body = """
         import os, sys, time
@@ -220,6 +228,7 @@ def test_sigterm_to_the_launcher_stops_its_ranks(tmp_path):
     assert len(pids) == 2 and all(gone(pid) for pid in pids)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("mutual", [False, True])
 def test_launch_over_tls_with_the_rendezvous_behind_it_too(tmp_path, mutual):
     pytest.importorskip("cryptography")
@@ -243,6 +252,7 @@ def test_launch_over_tls_with_the_rendezvous_behind_it_too(tmp_path, mutual):
     assert result.stdout.count("sum [6]") == 3
 
 
+@pytest.mark.processes
 def test_a_node_with_another_token_is_refused_by_name(tmp_path):
     body = """
         import allreduce_edu as ae

@@ -11,8 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import HAS_PROC
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl")
+pytestmark = [pytest.mark.processes,
+              pytest.mark.skipif(not sys.platform.startswith("linux") or not HAS_PROC,
+                                 reason="reads /proc and sets PR_SET_PDEATHSIG (prctl): Linux only")]
 
 PARENT = textwrap.dedent("""
     import ctypes, os, sys, threading, time, allreduce_edu

@@ -11,6 +11,8 @@ from allreduce_edu import bench
 from allreduce_edu.costmodel import crossover, predict_on_links
 from allreduce_edu.exercises.lesson05 import measured_crossover
 
+pytestmark = pytest.mark.processes
+
 MiB = 1 << 20
 
 

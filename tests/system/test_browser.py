@@ -25,7 +25,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
+from allreduce_edu.runtime import osfacts
+
+pytestmark = [pytest.mark.slow, pytest.mark.processes, pytest.mark.timeout(150)]
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "browser"
@@ -96,7 +98,7 @@ def start_lab(root: Path, port: int, token: str, app: str = "lab") -> subprocess
          f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}", f"--{traits}.app_settings_dir={settings}",
          f"--{traits}.user_settings_dir={root.parent / 'user-settings'}",
          f"--{traits}.workspaces_dir={root.parent / 'workspaces'}", f"--{traits}.expose_app_in_browser=True"],
-        stdout=open(root.parent / "lab.log", "wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        stdout=open(root.parent / "lab.log", "wb"), stderr=subprocess.STDOUT, env=env, **osfacts.new_group())
 
 
 def wait_for_lab(proc: subprocess.Popen, port: int, token: str, log: Path, timeout: float = 30.0) -> None:
@@ -115,6 +117,15 @@ def wait_for_lab(proc: subprocess.Popen, port: int, token: str, log: Path, timeo
 
 def stop(proc: subprocess.Popen) -> None:
     """End jupyter lab and its kernels: the whole process group, politely, then by force."""
+    if not hasattr(os, "killpg"):  # Windows: its portable stop (Ctrl-Break, then TerminateProcess)
+        for hard, wait in ((False, 10), (True, 5)):
+            osfacts.stop_group(proc, hard=hard)
+            try:
+                proc.wait(wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+        return
     for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
         try:
             os.killpg(proc.pid, sig)

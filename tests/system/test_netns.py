@@ -48,6 +48,8 @@ def ip(*args: str) -> subprocess.CompletedProcess:
 @pytest.fixture
 def two_hosts():
     """Namespaces A (192.0.2.1) and B (192.0.2.2) joined by a veth pair; removed afterwards, whatever happens."""
+    if not sys.platform.startswith("linux") or not hasattr(os, "geteuid"):
+        pytest.skip("network namespaces (ip netns) and root (os.geteuid): Linux only")
     if shutil.which("ip") is None:
         pytest.skip("iproute2's `ip` is not installed (apt-get install iproute2)")
     if os.geteuid() != 0:
@@ -75,6 +77,7 @@ def two_hosts():
 
 
 @pytest.mark.slow
+@pytest.mark.processes
 @pytest.mark.parametrize("transport", ["grpc", "shm"])
 def test_launch_across_two_hosts_runs_ring_and_tree(two_hosts, tmp_path, transport):
     """With --transport shm, ranks on one host use shared memory, and gRPC across hosts."""

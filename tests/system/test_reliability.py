@@ -5,7 +5,6 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -14,9 +13,12 @@ import time
 
 import numpy as np
 import pytest
+from conftest import HAS_PROC, interrupt_me, needs_killpg
 
 import allreduce_edu as ae
 from allreduce_edu.collectives import ALGORITHMS
+
+pytestmark = pytest.mark.processes
 
 
 def _long_loop(comm, busy_rank=None):
@@ -29,7 +31,7 @@ def _long_loop(comm, busy_rank=None):
 
 
 def _interrupt_after(seconds: float) -> threading.Timer:
-    timer = threading.Timer(seconds, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer = threading.Timer(seconds, interrupt_me)
     timer.start()
     return timer
 
@@ -61,6 +63,7 @@ def test_keyboard_interrupt_during_run_leaves_a_working_cluster(busy_rank):
             assert all(np.array_equal(r, np.arange(6.0) * 3 + 3) for r in results), algorithm
 
 
+@needs_killpg
 def test_interrupting_the_whole_process_group_spares_the_ranks(tmp_path):
     """JupyterLab's "interrupt kernel" sends SIGINT to the kernel's process group, ranks included."""
     script = tmp_path / "interrupted.py"
@@ -152,6 +155,7 @@ def _soak(comm, count, seed):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not HAS_PROC, reason="reads /proc and glibc's malloc_trim: Linux only")
 def test_soak_2000_allreduces_stay_correct_and_flat():
     """10 runs of 200 checked all-reduces (as notebook cells would run them) on 4 gRPC ranks."""
     runs, per_run = 10, 200

@@ -17,6 +17,8 @@ from allreduce_edu.compress.gloo_order import gloo_ring  # noqa: E402
 from allreduce_edu.pytorch.anchors import fp16_hook, powersgd_hook, torch_draw  # noqa: E402
 from allreduce_edu.pytorch.ddp import rendezvous, train_ddp  # noqa: E402
 
+pytestmark = pytest.mark.processes
+
 STEPS = 12
 # our Q is drawn by NumPy, torch's by torch.randn: the first compressed step differs, then warm
 # start pulls both towards the same subspace; measured here: 0.020 at most (12 steps, rank 1)

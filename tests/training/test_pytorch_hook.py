@@ -23,6 +23,8 @@ from allreduce_edu.pytorch.models import (  # noqa: E402
     train,
 )
 
+pytestmark = pytest.mark.processes
+
 STEPS, TOLERANCE = 30, 1e-9  # relative, on the loss and the parameters (float64)
 
 

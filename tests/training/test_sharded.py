@@ -34,6 +34,7 @@ def runs():
             for stage in STAGES for precision in ("fp32", "mixed")}
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("precision", ["fp32", "mixed"])
 def test_every_stage_ends_with_data_parallels_weights_on_4_grpc_ranks(runs, precision):
     dp = runs["dp", precision][0]["params"]
@@ -45,6 +46,7 @@ def test_every_stage_ends_with_data_parallels_weights_on_4_grpc_ranks(runs, prec
     assert losses[-1] < losses[0]  # it trains
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("stage, factor", [("dp", 2), ("zero1", 2), ("zero2", 2), ("zero3", 3)])
 def test_traffic_per_step_is_2_psi_or_3_psi_to_the_byte(runs, stage, factor):
     for precision, itemsize in (("fp32", 4), ("mixed", 2)):
@@ -55,6 +57,7 @@ def test_traffic_per_step_is_2_psi_or_3_psi_to_the_byte(runs, stage, factor):
     assert collectives == ({"allreduce"} if stage == "dp" else {"reduce_scatter", "all_gather"})
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("stage", STAGES)
 @pytest.mark.parametrize("precision", ["fp32", "mixed"])
 def test_memory_held_matches_the_zero_formulas(runs, stage, precision):
@@ -97,6 +100,7 @@ def _zero_on_engine(comm, params, X, y):
     return [train(comm, params, X, y, stage, 2)["params"] for stage in ("dp", "zero1", "zero3")]
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("engine", ["mpi", "gloo"])
 def test_the_stages_run_unchanged_on_mpi_and_gloo(engine):
     if missing(engine):

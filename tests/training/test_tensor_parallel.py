@@ -20,6 +20,8 @@ from allreduce_edu.pytorch.tp_train import (  # noqa: E402
     train_on_rank,
 )
 
+pytestmark = pytest.mark.processes
+
 ROWS, HIDDEN, FFN = 12, 16, 32
 TOLERANCE = dict(rtol=1e-10, atol=1e-12)  # float64: the ring and the kernel sum in another order
 

@@ -96,7 +96,7 @@ def messages(world_size, tensors_or_buckets, steps):
     return 2 * (world_size - 1) * (tensors_or_buckets * steps + 1)
 
 
-@pytest.mark.parametrize("transport, world_size", [("local", 3), ("grpc", 3)])
+@pytest.mark.parametrize("transport, world_size", [("local", 3), pytest.param("grpc", 3, marks=pytest.mark.processes)])
 def test_data_parallel_matches_single_process(transport, world_size):
     steps = 30 if transport == "local" else 8
     losses, params = train_single(PARAMS, X, Y, steps=steps, lr=0.3, batch=48)

@@ -101,6 +101,7 @@ def test_a_chunk_message_only_touches_its_chunks():
     assert states[1].held[1] == (frozenset({1}), frozenset({0, 1}), frozenset({0, 1}), frozenset({1}))
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("algorithm", ["ring", "tree", "rabenseifner"])
 def test_grpc_and_local_traces_replay_to_the_same_states(algorithm):
     local, _, _ = run(algorithm, 4, "local")

@@ -200,6 +200,7 @@ def test_every_view_renders_every_step(algorithm, world_size):
     assert min(xs) - view.box_w / 2 >= 0 and max(xs) + view.box_w / 2 <= 7.2  # boxes stay in the picture
 
 
+@pytest.mark.processes
 def test_a_grpc_trace_animates_like_a_local_one():
     local, x = ring_run(3, "ring", "local")
     a = RingAnimation.from_trace(local.trace, values=x)
@@ -246,7 +247,8 @@ def check_trace_event_json(document: dict) -> None:
         assert all(end <= next_start + 1e-3 for (_, end), (next_start, _) in zip(lane, lane[1:]))
 
 
-@pytest.mark.parametrize("algorithm, transport", [("ring", "local"), ("naive", "local"), ("ring", "grpc")])
+@pytest.mark.parametrize("algorithm, transport", [("ring", "local"), ("naive", "local"),
+                                                   pytest.param("ring", "grpc", marks=pytest.mark.processes)])
 def test_chrome_trace_is_valid_trace_event_json(algorithm, transport, tmp_path):
     cluster, _ = ring_run(4, algorithm, transport)
     path = cluster.trace.to_chrome_trace(tmp_path / "trace.json")
@@ -259,6 +261,7 @@ def test_chrome_trace_is_valid_trace_event_json(algorithm, transport, tmp_path):
     assert names == {f"rank {r}" for r in range(4)}
 
 
+@pytest.mark.processes
 def test_plot_timeline_draws_every_rank_in_ms():
     cluster, _ = ring_run(4, "ring", "grpc")
     fig = plot_timeline(cluster.trace)
