@@ -48,8 +48,11 @@ def host_identity() -> str:
 
 
 def portable_host_identity() -> str:
-    """The host's name and hardware address (uuid.getnode), as every system can tell them."""
-    return f"{socket.gethostname()}/{uuid.getnode():012x}"
+    """The host's name and hardware address (uuid.getnode), as every system can tell them; the
+    name alone where there is no hardware address (getnode then makes up a number per process)."""
+    node = uuid.getnode()
+    made_up = node >> 40 & 1  # the multicast bit: set on a random node, never on a real one
+    return socket.gethostname() if made_up else f"{socket.gethostname()}/{node:012x}"
 
 
 class GrpcCommunicator(Communicator):

@@ -2,7 +2,7 @@
 sets its ranks up. Read by the Cluster, the rank worker and the rendezvous (lessons/10).
 
 A new transport is one module in comm/ (a Communicator, or a link for the GrpcCommunicator's
-peer -> link table, as comm/shm.py is) plus one row here.
+peer -> link table, as comm/transports/shm is) plus one row here.
 """
 
 from __future__ import annotations

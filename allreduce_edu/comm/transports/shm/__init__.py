@@ -87,7 +87,10 @@ class ShmLinks:
             try:
                 dialler = self._listener.accept(TICK)
             except OSError:
-                return  # the listener closed
+                if self._closing:
+                    return  # the listener closed
+                time.sleep(0.05)  # a dialler that reset first, or no descriptors left: go on
+                continue
             if dialler is None:
                 continue
             try:

@@ -28,6 +28,8 @@ class Segment(Protocol):
 
     id: int
     size: int
+    address: int  # where it is mapped in this process
+    bytes: object  # a uint8 NumPy array over all of it
     handle: object  # what the peer needs to map it, until it has it (handed_over); else None
 
     def handed_over(self) -> None:

@@ -23,8 +23,10 @@ import os
 import re
 import secrets
 import socket
+import stat
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -49,15 +51,24 @@ class Scratch:
         self.prefix = f"{PREFIX}{secrets.token_hex(4)}-"
 
     def sweep(self) -> None:
-        if not WINDOWS:
-            for path in glob.glob(os.path.join(glob.escape(scratch_base()), self.prefix + "*")):
+        """Remove what is still named with the prefix: regular files of this user only."""
+        if WINDOWS:
+            return
+        for path in glob.glob(os.path.join(glob.escape(scratch_base()), self.prefix + "*")):
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode) and info.st_uid == getattr(os, "getuid", lambda: 0)():
                 _unlink(path)
 
 
 def _unlink(path: str) -> None:
+    """Remove `path` if it is there and ours to remove (another user may plant a name in a
+    shared folder: never an error for us)."""
     try:
         os.unlink(path)
-    except FileNotFoundError:
+    except OSError:
         pass
 
 
@@ -82,8 +93,9 @@ class NamedSegment:
         flags = os.O_RDWR | nofollow | (os.O_CREAT | os.O_EXCL if owner else 0)
         fd = os.open(self.path, flags, 0o600)
         try:
-            if owner:
-                os.ftruncate(fd, self.size)
+            if owner:  # reserved now (a full /dev/shm says so here, not as a SIGBUS mid-copy)
+                allocate = getattr(os, "posix_fallocate", None)
+                allocate(fd, 0, self.size) if allocate else os.ftruncate(fd, self.size)
             info = os.fstat(fd)
             if info.st_size != self.size or info.st_mode & 0o077:
                 raise ValueError(f"segment {self.id} is {info.st_size} bytes with mode "
@@ -93,9 +105,13 @@ class NamedSegment:
             if owner and hasattr(mmap, "MAP_POPULATE"):  # Linux: fault it in now, not mid-send
                 return mmap.mmap(fd, self.size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE)
             return mmap.mmap(fd, self.size)  # shared, read and write
+        except BaseException:
+            if owner:
+                self.unlink()
+            raise
         finally:
             os.close(fd)
-            if not owner:  # mapped: its name is no longer needed by anyone
+            if not owner:  # mapped (or refused): its name is no longer needed by anyone
                 self.unlink()
 
     def handed_over(self) -> None:
@@ -116,10 +132,14 @@ class Dialler:
         self.sock, self.who = sock, f"{address[0]}:{address[1]}"
 
     def hello(self, timeout: float) -> bytes:
-        """Its first line (at most 256 bytes, within `timeout`)."""
-        self.sock.settimeout(timeout)
-        line = b""
+        """Its first line (at most 256 bytes, all of it within `timeout`: a dialler that trickles
+        bytes holds the acceptor no longer than that)."""
+        deadline, line = time.monotonic() + timeout, b""
         while not line.endswith(b"\n") and len(line) < 256:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("no hello in time")
+            self.sock.settimeout(remaining)
             chunk = self.sock.recv(256 - len(line))
             if not chunk:
                 break

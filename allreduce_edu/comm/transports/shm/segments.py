@@ -46,7 +46,10 @@ class Pool:
             elif self.total + size > self.limit:
                 return None
             else:
-                segment = self.new_segment(self._next, size)
+                try:
+                    segment = self.new_segment(self._next, size)
+                except OSError:  # no room for shared memory (a full /dev/shm): inline instead
+                    return None
                 self._all[segment.id] = segment
                 self._next, self.total = self._next + 1, self.total + size
             self._out.add(segment.id)
@@ -73,11 +76,14 @@ class Pool:
         segment.unlink()
 
     def close(self) -> None:
-        """The link is closing: remove every segment's name the peer never took away."""
+        """The link is closing: remove the names of segments never sent. A sent one is the
+        peer's to map and unlink, even after this close (its message may still be unread); what
+        it never maps, its Cluster sweeps."""
         with self._lock:
             for segment in self._all.values():
-                segment.handed_over()
-                segment.unlink()
+                if segment.handle is not None:
+                    segment.handed_over()
+                    segment.unlink()
 
 
 class Lease:

@@ -8,6 +8,7 @@ not yet, so a reader never blocks inside a frame its peer is still sending.
 from __future__ import annotations
 
 import collections
+import itertools
 import select
 import socket
 import struct
@@ -18,28 +19,33 @@ from .backend import FRAME_BYTES
 
 LENGTHS = struct.Struct("<IB")  # a frame's data length, its handle's length; then both
 RECV_BYTES = 256 << 10
-POLL_SLICE = 0.5  # a blocked sender looks at its link's state this often
+POLL_SLICE = 0.5  # a blocked sender looks at its link's state this often (as linux.py's does)
 
 
 def _ready(read: socket.socket | None, write: socket.socket | None, seconds: float):
-    """(readable, writable) within `seconds`: poll where the system has it, else select."""
+    """(readable, writable) within `seconds`: poll where the system has it, else select. One
+    socket may be both: its events are one mask (a second register would replace the first)."""
     if hasattr(select, "poll"):
-        poller = select.poll()
+        poller, masks = select.poll(), {}
         for sock, event in ((read, select.POLLIN), (write, select.POLLOUT)):
             if sock is not None:
-                poller.register(sock, event)
+                masks[sock.fileno()] = masks.get(sock.fileno(), 0) | event
+        for fd, mask in masks.items():
+            poller.register(fd, mask)
         events = dict(poller.poll(max(seconds, 0) * 1000))
-        return (read is not None and read.fileno() in events,
+        readable = select.POLLIN | select.POLLHUP | select.POLLERR
+        return (read is not None and bool(events.get(read.fileno(), 0) & readable),
                 write is not None and bool(events.get(write.fileno(), 0) & select.POLLOUT))
     r, w, _ = select.select([read] if read else [], [write] if write else [], [], max(seconds, 0))
     return bool(r), bool(w)
 
 
 class StreamChannel:
-    """A TCP socket carrying frames: (data length, handle length, handle, data). A frame is sent
-    whole or not at all as far as the peer can tell; a send that has to wait reads the peer's
-    frames meanwhile (two eager senders never deadlock), and one started while another is under
-    way on this thread (a release from a finaliser) queues behind it."""
+    """A TCP socket carrying frames: (data length, handle length, handle, data). A frame goes
+    whole or the channel ends (a send that times out half way shuts it: the peer never reads a
+    torn frame); a send that has to wait reads the peer's frames meanwhile (two eager senders
+    never deadlock), and one started while another is under way on this thread (a release from
+    a finaliser) queues behind it, whole."""
 
     def __init__(self, sock: socket.socket):
         self.sock = sock
@@ -53,8 +59,9 @@ class StreamChannel:
     def send(self, buffers: list, handle, deadline: float, on_readable) -> None:
         name = handle.encode() if handle is not None else b""
         data = [memoryview(b).cast("B") for b in buffers]
-        self._out.append(memoryview(LENGTHS.pack(sum(len(d) for d in data), len(name)) + name))
-        self._out.extend(d for d in data if len(d))
+        frame = [memoryview(LENGTHS.pack(sum(len(d) for d in data), len(name)) + name)]
+        frame += [d for d in data if len(d)]
+        self._out.extend(frame)  # at once: a finaliser's frame can only come before or after
         if self._flushing:  # re-entered on this thread: the outer send flushes it
             return
         self._flushing = True
@@ -66,11 +73,13 @@ class StreamChannel:
     def _flush(self, deadline: float, on_readable) -> None:
         while self._out:
             try:
-                sent = (self.sock.sendmsg(list(self._out)[:64]) if hasattr(self.sock, "sendmsg")
-                        else self.sock.send(self._out[0]))
+                sent = (self.sock.sendmsg(list(itertools.islice(self._out, 64)))
+                        if hasattr(self.sock, "sendmsg") else self.sock.send(self._joined()))
             except BlockingIOError:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
+                    self._out.clear()  # a frame may be half sent: the channel ends here
+                    self.shutdown()
                     raise TimeoutError from None
                 readable, _ = _ready(self.sock, self.sock, min(remaining, POLL_SLICE))
                 if readable:
@@ -83,6 +92,16 @@ class StreamChannel:
                     self._out.popleft()
                 else:
                     self._out[0], sent = head[sent:], 0
+
+    def _joined(self) -> bytes:
+        """The next pieces as one buffer (no sendmsg, as on Windows: one packet, not one each)."""
+        pieces, size = [], 0
+        for piece in self._out:
+            if pieces and size + len(piece) > RECV_BYTES:
+                break
+            pieces.append(piece)
+            size += len(piece)
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def receive(self) -> list | None:
         if not self._eof:
