@@ -176,10 +176,11 @@ def test_the_pool_reuses_segments_and_refuses_past_its_limit(shm_backend):
     assert pool.acquire(1 << 21) is not None  # 1 + 2 MiB: at the limit
     assert pool.acquire(10) is None  # nothing free, no room: the caller sends inline
     assert pool.release(first.id) and not pool.release(99)
-    first.handed_over()
+    first.handed_over()  # as a send does: the peer has it now
     again = pool.acquire(10)
     assert again is first and again.handle is None
-    pool.close()
+    pool.close()  # removes only the names of segments never sent
+    first.unlink()  # and the peer that never was removes this one's (a portable file)
 
 
 def _intrude(name: str) -> bytes:
