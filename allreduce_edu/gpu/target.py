@@ -37,10 +37,10 @@ try:
     # numba.cuda.core is numba-cuda's: without numba-cuda (macOS) Numba's retired target loads
     import numba.cuda.core  # noqa: F401
     from numba import cuda
-except ImportError as e:  # numba-cuda (or its CUDA bindings) is not installed
-    raise ImportError(f"the GPU kernels need numba-cuda, which installs with allreduce-edu on "
-                      f"Linux and Windows (macOS has no build; a GPU also needs "
-                      f'pip install -e ".[gpu]") ({e})') from e
+except ImportError as e:  # numba-cuda (or its CUDA bindings) is not installed: a module missing
+    raise ModuleNotFoundError(f"the GPU kernels need numba-cuda, which installs with allreduce-edu "
+                              f"on Linux and Windows (macOS has no build; a GPU also needs "
+                              f'pip install -e ".[gpu]") ({e})', name="numba.cuda.core") from e
 
 
 
