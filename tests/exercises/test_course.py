@@ -11,6 +11,7 @@ import pytest
 from allreduce_edu import course
 from allreduce_edu.exercises import hint, progress, reference, registry, solution
 from allreduce_edu.exercises.feedback import Feedback
+from allreduce_edu.extras import skip_reason
 
 EXERCISES = registry.all_exercises()
 LESSONS = {p.name[:2]: course.read(p) for p in course.lesson_files()}
@@ -84,6 +85,10 @@ def test_hints_come_in_steps_then_point_at_the_solution(exercise, capsys):
 
 @pytest.mark.parametrize("exercise", sorted(e for e, x in EXERCISES.items() if x.kind == "code"))
 def test_code_solutions_define_the_function_the_learner_writes(exercise):
+    lesson, cell = CELLS[exercise]
+    needs = skip_reason(LESSONS[lesson]["metadata"], cell.get("metadata", {}))
+    if needs:  # its answer runs what this machine lacks (lesson 14 on a Mac): as nbval skips it
+        pytest.skip(f"exercise {exercise} {needs}")
     fn = reference(exercise)
     assert fn.__name__ == EXERCISES[exercise].function and not registry.is_stub(fn)
     assert f"def {fn.__name__}(" in EXERCISES[exercise].key
