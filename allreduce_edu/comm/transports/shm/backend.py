@@ -20,6 +20,7 @@ from typing import Protocol, runtime_checkable
 ENV = "ALLREDUCE_EDU_SHM_BACKEND"
 INLINE_BYTES = 32 << 10  # messages up to this size travel in the frame itself
 FRAME_BYTES = INLINE_BYTES + (16 << 10)  # one frame: a header plus at most INLINE_BYTES
+POLL_SLICE = 0.5  # a sender blocked on a full channel looks at its link this often
 
 
 @runtime_checkable

@@ -221,7 +221,7 @@ class ShmLink:
             f"rank {self.peer} is gone (rank {self.comm.rank}'s shared-memory link to it ended: "
             f"{reason})", ranks=(self.peer,))
         self.comm.peer_failed(self.peer, f"its shared-memory link ended ({reason})")
-        self._shutdown()
+        self.channel.shutdown()  # wakes our receiving thread; the peer sees end of file
 
     def _take(self, data: bytes, handle) -> None:
         """Handle one frame; its segment handle, if any, is used or discarded here."""
@@ -283,13 +283,10 @@ class ShmLink:
         except (OSError, ValueError) as e:
             raise WireError(f"segment {h.segment} cannot be mapped: {e}") from None
 
-    def _shutdown(self) -> None:
-        self.channel.shutdown()  # wakes our receiving thread; the peer sees end of file
-
     def close(self) -> None:
         self._ended = True
         self._closed.set()
-        self._shutdown()
+        self.channel.shutdown()
         if self._thread is not threading.current_thread():
             self._thread.join(2 * TICK)
         self.channel.close()

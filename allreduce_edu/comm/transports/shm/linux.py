@@ -29,14 +29,13 @@ import time
 import numpy as np
 
 from ...wire import WireError
-from .backend import FRAME_BYTES
+from .backend import FRAME_BYTES, POLL_SLICE
 
 try:
     import fcntl
 except ImportError:  # Windows
     fcntl = None
 
-POLL_SLICE = 0.5  # a blocked sender looks at its link's state this often
 NAME = "allreduce-edu"  # memfds show as /memfd:allreduce-edu ... in /proc/PID/fd (for leak tests)
 
 

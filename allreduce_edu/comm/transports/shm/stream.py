@@ -15,11 +15,10 @@ import struct
 import time
 
 from ...wire import WireError
-from .backend import FRAME_BYTES
+from .backend import FRAME_BYTES, POLL_SLICE
 
 LENGTHS = struct.Struct("<IB")  # a frame's data length, its handle's length; then both
 RECV_BYTES = 256 << 10
-POLL_SLICE = 0.5  # a blocked sender looks at its link's state this often (as linux.py's does)
 
 
 def _ready(read: socket.socket | None, write: socket.socket | None, seconds: float):
