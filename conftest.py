@@ -1,5 +1,5 @@
 """The lessons under nbval: a cell (or a notebook) that needs an optional extra missing here is
-skipped with the reason, never run to a different output (allreduce_edu.extras)."""
+skipped with the reason, never run to a different output (allreduce_edu.course.extras)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 
 def pytest_collection_modifyitems(config, items):
-    from allreduce_edu.extras import skip_reason
+    from allreduce_edu.course.extras import skip_reason
 
     for item in items:
         cell, notebook = getattr(item, "cell", None), getattr(item.parent, "nb", None)

@@ -12,8 +12,8 @@ from .collectives import (
     reduce_scatter,
     wait_all,
 )
+from .collectives.fused import reduce_layernorm_broadcast
 from .comm.errors import CollectiveError, CollectiveMismatch, CollectiveTimeout, RankFailure
-from .fused import reduce_layernorm_broadcast
 from .runtime import TESTBED, TESTBED_IN_FLIGHT, Cluster, init, testbed
 from .version import __version__  # noqa: F401 - allreduce_edu.__version__
 

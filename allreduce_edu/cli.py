@@ -220,7 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "lessons":
         return lessons(args, parser.commands["lessons"])
     if args.command == "site":
-        from . import site  # nbformat and the widgets' pages: only the command that needs them
+        from .course import (
+            site,  # nbformat and the widgets' pages: only the command that needs them
+        )
 
         try:
             return site.command(args)
@@ -275,14 +277,14 @@ def plan(args):
     sizes = bench.sweep(args.minbytes, args.maxbytes, args.stepfactor)
     links = None
     if args.testbed or args.links:
-        from .comm.links import Links
+        from .model.links import Links
         from .runtime.testbed import TESTBED
         if args.topology:
             raise ValueError("--links/--testbed are one level of links: drop --topology")
         links = Links.flat(*args.links.split(",", 1)) if args.links else TESTBED
         args.transport = "shm" if args.testbed else args.transport
     if args.topology:
-        from .comm.links import Links, parse_topology
+        from .model.links import Links, parse_topology
         nodes, per_node = parse_topology(args.topology)
         links = Links.two_level(per_node, args.intra_link, args.inter_link)
         args.world_size = nodes * per_node

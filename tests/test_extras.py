@@ -1,5 +1,5 @@
 """Optional extras: a lesson cell that needs one missing here is skipped with the reason, never run
-to a different output, and never a failure (allreduce_edu.extras, the repository's conftest.py)."""
+to a different output, and never a failure (allreduce_edu.course.extras, the repository's conftest.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from allreduce_edu import course, extras
+from allreduce_edu import course
+from allreduce_edu.course import extras
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -61,17 +61,42 @@ def test_no_import_cycle_inside_the_package():
     assert not cycle, " → ".join(cycle)
 
 
-def test_the_leaves_import_nothing_of_the_package():
-    for leaf in ("allreduce_edu.trace", "allreduce_edu.ops", "allreduce_edu.costmodel", "allreduce_edu.kernels"):
-        assert imports(leaf) <= {"allreduce_edu.ops"}, f"{leaf} imports {imports(leaf)}"
-    assert imports("allreduce_edu.trace") == set()
+# The layers, bottom first: the only layering rule. A module imports modules of its own unit (the
+# folder or top-level file named here) and of lower layers, never of a peer in its own layer.
+LAYERS = [
+    ("ops", "trace", "version", "_proto"),    # leaves: the op table, message events, generated stubs
+    ("model",),                               # costmodel, portsim, links (the emulated network), tuner
+    ("kernels", "comm"),                      # what runs on the bytes; how ranks talk (the seam, transports)
+    ("collectives", "runtime"),               # the algorithms (+ fused); where ranks live
+    ("training", "viz", "bench"),             # what the all-reduce is for; pictures; measurements
+    ("exercises",),                           # the checkers
+    ("course",),                              # the lessons as files, hide_answers, extras, the site
+    ("cli", "notebook", "__init__"),          # the faces: command line, lesson helpers, public API
+]
+LAYER = {unit: depth for depth, units in enumerate(LAYERS) for unit in units}
 
 
-def test_comm_imports_neither_collectives_nor_viz_nor_runtime():
-    for name in MODULES:
-        if name.startswith("allreduce_edu.comm"):
-            above = {m for m in imports(name) if m.split(".")[1] in ("collectives", "viz", "runtime", "bench")}
-            assert not above, f"{name} imports {above}"
+def unit(name: str) -> str:
+    """`allreduce_edu.comm.transports.shm.link` -> `comm`; the package itself -> `__init__`."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_the_top_of_the_package_is_six_files_and_the_layer_folders():
+    files = sorted(p.name for p in PACKAGE.glob("*.py"))
+    folders = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert files == ["__init__.py", "cli.py", "notebook.py", "ops.py", "trace.py", "version.py"], files
+    assert set(folders) <= set(LAYER), f"folders outside the layer table: {set(folders) - set(LAYER)}"
+    assert {unit(name) for name in MODULES} <= set(LAYER)
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_each_module_imports_only_its_own_unit_and_lower_layers(name):
+    mine = unit(name)
+    wrong = sorted(m for m in imports(name) if unit(m) != mine and LAYER[unit(m)] >= LAYER[mine])
+    assert not wrong, (f"{name} (layer {LAYER[mine]}, {mine}) imports " + ", ".join(
+        f"{m} (layer {LAYER[unit(m)]}{', a peer' if LAYER[unit(m)] == LAYER[mine] else ', above'})"
+        for m in wrong))
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
@@ -83,18 +108,10 @@ def test_hand_written_modules_stay_under_300_lines(name):
     assert lines <= 300, f"{path.relative_to(PACKAGE.parent)} has {lines} lines: split it by idea"
 
 
-def test_the_gpu_kernels_sit_beside_the_cpu_kernels():
-    for name in MODULES:
-        if name.startswith("allreduce_edu.gpu"):
-            outside = {m for m in imports(name) if not m.startswith("allreduce_edu.gpu")}
-            assert outside <= {"allreduce_edu.kernels", "allreduce_edu.reference", "allreduce_edu.trace",
-                                "allreduce_edu.ops"}, f"{name} imports {outside}"
-
-
 def test_torch_is_imported_only_where_it_is_used():
-    """The exercise registry loads every lesson's module and `allreduce_edu.pytorch` is imported to ask
-    whether torch is there: neither may need torch at import time."""
-    for name in ("allreduce_edu.pytorch", "allreduce_edu.exercises.lesson13"):
+    """The exercise registry loads every lesson's module and `allreduce_edu.training.pytorch` is
+    imported to ask whether torch is there: neither may need torch at import time."""
+    for name in ("allreduce_edu.training.pytorch", "allreduce_edu.exercises.lesson13"):
         top = [n for n in ast.parse(MODULES[name].read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))]
         names = {a.name for n in top for a in n.names} | {n.module or "" for n in top if isinstance(n, ast.ImportFrom)}
         assert not any(m == "torch" or m.startswith("torch.") for m in names), f"{name} imports torch at module level"

@@ -8,7 +8,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from allreduce_edu import course, site_index
+from allreduce_edu import course
+from allreduce_edu.course import site_index
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

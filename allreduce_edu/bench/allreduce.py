@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from ..collectives import allreduce
-from ..costmodel import bus_factor, fit_alpha_beta, predict_on_links
+from ..model.costmodel import bus_factor, fit_alpha_beta, predict_on_links
 from ..runtime.engines import ENGINES, run_on_engine
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}

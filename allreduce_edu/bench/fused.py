@@ -17,9 +17,9 @@ import numpy as np
 
 from .. import kernels
 from ..collectives import allreduce
-from ..costmodel import NORM_VARIANTS, fit_alpha_beta, predict_norm
-from ..fused import reduce_layernorm_broadcast
-from ..reference import layernorm_reference
+from ..collectives.fused import reduce_layernorm_broadcast
+from ..kernels.reference import layernorm_reference
+from ..model.costmodel import NORM_VARIANTS, fit_alpha_beta, predict_norm
 from ..runtime import Cluster
 from .allreduce import format_p2p, pingpong
 from .kernels import format_kernel_table, kernel_bench

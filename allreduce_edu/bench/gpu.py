@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 
-from ..reference import layernorm_reference
+from ..kernels.reference import layernorm_reference
 from .kernels import table_lines
 
 NO_GPU = "no CUDA GPU: the simulator cannot be timed (its threads are Python threads)"
@@ -21,7 +21,7 @@ CHECK_ROWS = 64  # rows of each result checked against the float64 reference
 def check_device():
     """The gpu package on a real GPU; ValueError saying why not (numba-cuda missing, no GPU)."""
     try:
-        from .. import gpu
+        from ..kernels import gpu
     except ImportError as e:
         raise ValueError(str(e)) from e
     if gpu.simulated():

@@ -13,8 +13,8 @@ import time
 
 import numpy as np
 
-from ..comm.links import Links
-from ..costmodel import fit_alpha_beta, predict_on_links
+from ..model.costmodel import fit_alpha_beta, predict_on_links
+from ..model.links import Links
 from .allreduce import combine, measure
 
 FIT_SIZES = (0, 64 << 10, 1 << 20)

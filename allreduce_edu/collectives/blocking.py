@@ -14,7 +14,7 @@ from .naive import allreduce_naive  # noqa: F401 - registers naive and all_to_al
 from .ring import all_gather_ring, reduce_scatter_ring
 from .tree import broadcast_tree, reduce_tree
 from .recursive import allreduce_rabenseifner  # noqa: F401 - and recursive_doubling
-from .hierarchical import hierarchical  # noqa: F401 - needs ring; nodes from comm.links (lessons/05)
+from .hierarchical import hierarchical  # noqa: F401 - needs ring; nodes from model.links (lessons/05)
 from .double_binary_tree import double_binary_tree  # noqa: F401 - NCCL's two trees (lessons/16)
 from .bruck import all_gatherv_bruck, reduce_scatter_bruck
 # isort: on

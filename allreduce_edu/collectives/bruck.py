@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import costmodel
+from ..model import costmodel
 from ..ops import OPS
 from .registry import allreduce_algorithm
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import portsim
 from ..comm.base import check_array
-from ..comm.links import Link
+from ..model import portsim
+from ..model.links import Link
 from .registry import allreduce_algorithm, check_op, reduce_into
 
 # K chunks per tree cost about 4K·α per port but shorten the pipeline's fill and drain, so the
@@ -222,7 +222,7 @@ def model(n: int, s: float, link: Link, link_of, gamma: float = 0.0,
 
 def cost(n, s, alpha, beta, gamma=0.0):
     """Both trees at once, K chunks each, every rank issuing its messages in its program's order,
-    on one full-duplex port per rank whose messages hold it for α + n·β (comm.links)."""
+    on one full-duplex port per rank whose messages hold it for α + n·β (model/links.py)."""
     link = Link(alpha, beta)
     return model(n, s, link, lambda src, dst: link, gamma)
 

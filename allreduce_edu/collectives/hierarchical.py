@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import costmodel
 from ..comm.group import Group
+from ..model import costmodel
 from .registry import ALGORITHMS, allreduce_algorithm
 from .ring import all_gather_ring, reduce_scatter_ring
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import costmodel
+from ..model import costmodel
 from .registry import allreduce_algorithm, reduce_into
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import costmodel
+from ..model import costmodel
 from ..ops import OPS
 from .registry import allreduce_algorithm, block_bounds, reduce_into
 

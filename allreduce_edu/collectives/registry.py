@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import costmodel
 from ..comm.base import check_array
+from ..model import costmodel
 from ..ops import OPS
 from ..ops import check_op as _check_op
 

@@ -9,7 +9,7 @@ from .errors import (
     CollectiveTimeout,
     RankFailure,
 )
-from .local import LocalCommunicator, LocalWorld
+from .transports.local import LocalCommunicator, LocalWorld
 
 __all__ = ["Communicator", "Request", "check_array", "LocalCommunicator", "LocalWorld",
            "CollectiveError", "CollectiveAborted", "CollectiveMismatch", "CollectiveTimeout",

@@ -61,7 +61,7 @@ class Request:
 
 
 class InFlight(Request):
-    """A send on an in-flight link (comm.links): its bytes have left, and the rank's courier posts
+    """A send on an in-flight link (model/links.py): its bytes have left, and the rank's courier posts
     the message when it arrives; `wait()` returns once it is posted and on its way."""
 
     def __init__(self, comm: Communicator, dst: int, tag: str, nbytes: int, step: int, chunk):
@@ -111,7 +111,7 @@ class Communicator(Comm):
         self._progress: Progress | None = None  # the communication thread, once one is asked for
         self._progress_lock = threading.Lock()
         self._courier: Courier | None = None  # posts the messages of in-flight links
-        # emulated links (allreduce_edu.comm.links): delay each send as its link would
+        # emulated links (allreduce_edu.model.links): delay each send as its link would
         self.links = None
         self.ranks_per_node: int | None = None  # consecutive ranks that share a node; None: unknown
 

@@ -9,7 +9,7 @@ trace, the timeout or the transport. A class that subclasses `Comm` and gives th
 the last three as plain defaults (an empty array; a dissemination barrier; no signature checks).
 
 Under a process transport's communicator, each peer is reached through a `Link` (gloo's
-`transport::Pair`): a gRPC stream (comm.grpc_link.PeerLink) or shared memory
+`transport::Pair`): a gRPC stream (transports/grpc/link.py, PeerLink) or shared memory
 (comm.transports.shm.link.ShmLink, on either backend of comm/transports/shm/backend.py).
 """
 
@@ -29,7 +29,7 @@ class Comm(Protocol):
     rank: int
     world_size: int
     ranks_per_node: int | None  # consecutive ranks that share a node; None: unknown (flat)
-    links = None  # the emulated links (comm.links.Links) its messages cross; None: none
+    links = None  # the emulated links (model.links.Links) its messages cross; None: none
 
     def send(self, dst: int, array, tag: str, *, step: int = -1, chunk=None) -> None:
         """Send `array` to `dst`; returns once your array is free again (eager)."""

@@ -1,4 +1,4 @@
-"""The messages of in-flight links (comm.links): their sender is free once the bytes have left its
+"""The messages of in-flight links (model/links.py): their sender is free once the bytes have left its
 port, and a rank's courier thread posts each message when it arrives. Introduced in lessons/16.
 
 Arrivals at one destination never go backwards (that destination's ingress port takes them one
@@ -16,7 +16,7 @@ import time
 import warnings
 from collections.abc import Callable
 
-from .links import sleep_until
+from ..model.links import sleep_until
 
 PRECISE = 1e-3  # seconds before a deadline when the courier stops watching for earlier messages
 

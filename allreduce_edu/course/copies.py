@@ -10,8 +10,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..unanswered import unanswered
 from .files import MANIFEST, lesson_files, read
+from .hide_answers import hide_answers
 
 
 def _digest(path: Path) -> str:
@@ -19,8 +19,8 @@ def _digest(path: Path) -> str:
 
 
 def as_delivered(source: Path) -> bytes:
-    """The lesson as the learner gets it: no stored output answers a prediction (unanswered)."""
-    return (json.dumps(unanswered(read(source)), indent=1, ensure_ascii=False) + "\n").encode()
+    """The lesson as the learner gets it: no stored output answers a prediction (hide_answers)."""
+    return (json.dumps(hide_answers(read(source)), indent=1, ensure_ascii=False) + "\n").encode()
 
 
 @dataclass

@@ -9,7 +9,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..extras import skip_reason
+from .extras import skip_reason
 from .files import ENV_DATA, MANIFEST, exercise_cells, lesson_files, read, set_source, write
 
 
@@ -66,7 +66,7 @@ def write_solved(folder, lessons: list[str] | None = None,
 
     Returns (file name, problems, skipped) per lesson: problems lists cells that raised and
     checkers that did not pass; skipped says why a lesson was not run (an extra it needs is
-    missing here: allreduce_edu.extras), else "".
+    missing here: allreduce_edu.course.extras), else "".
     """
     folder = Path(folder)
     if (folder / MANIFEST).exists():
@@ -95,7 +95,7 @@ def write_solved(folder, lessons: list[str] | None = None,
 
 def _runnable_here(nb: dict) -> dict:
     """Cells that need an extra this machine lacks print why instead of running (as nbval skips
-    them: allreduce_edu.extras), so the key of lesson 14 runs on a Mac without numba-cuda."""
+    them: allreduce_edu.course.extras), so the key of lesson 14 runs on a Mac without numba-cuda."""
     for cell in nb["cells"]:
         why = cell["cell_type"] == "code" and skip_reason(nb["metadata"], cell.get("metadata", {}))
         if why:

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from ..reference import layernorm_reference
+from ..kernels.reference import layernorm_reference
 from .harness import Spy
 from .row_count import CountRows
 

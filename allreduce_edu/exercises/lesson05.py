@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..bench import combine, measure
-from ..costmodel import crossover, predict  # noqa: F401 - lesson 10 imports crossover from here
+from ..model.costmodel import crossover, predict  # noqa: F401 - lesson 10 imports crossover from here
 from .feedback import Feedback, failed, not_attempted, passed
 from .lesson05_questions import check_tree_time  # noqa: F401 - the notebook imports it here
 from .registry import exercise, hint, is_stub, learner_or_reference, solution  # noqa: F401 - notebook
@@ -133,8 +133,9 @@ def _check_formulas(my_time) -> Feedback | None:
 
 @exercise(
     "05.1", "write the model's formulas, choose by them", kind="code", function="choose",
-    library=("costmodel:naive", "costmodel:ring", "costmodel:tree",
-             "costmodel:recursive_doubling", "costmodel:rabenseifner", "tuner:tune"),
+    library=("model.costmodel:naive", "model.costmodel:ring", "model.costmodel:tree",
+             "model.costmodel:recursive_doubling", "model.costmodel:rabenseifner",
+             "model.tuner:tune"),
     solution=CHOOSE_SOLUTION,
     hints=("Translate the lesson's table row by row: each time is the steps times α plus the "
            "bytes along the way times β, with N the world size and S the bytes (γ left out). "

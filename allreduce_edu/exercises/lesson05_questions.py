@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..costmodel import predict
+from ..model.costmodel import predict
 from .spec import Blank, Slip, number
 
 LESSON = "allreduce_edu.exercises.lesson05"  # where the notebook imports it from

@@ -122,7 +122,7 @@ def _variance_problem(what: str, row: np.ndarray, got: float) -> str | None:
 
 @exercise(
     "06.1", "a stable variance", kind="code", function="my_variance",
-    library=("kernels:_sum_norm_rows", "reference:layernorm_reference"),
+    library=("kernels.cpu:_sum_norm_rows", "kernels.reference:layernorm_reference"),
     solution=VARIANCE_SOLUTION,
     explanation="""Two passes: first the mean, then the mean of the squared distances from it. The
 distances are small, so nothing large cancels. Or Welford's one pass (the running mean and the

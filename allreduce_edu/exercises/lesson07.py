@@ -32,7 +32,7 @@ FUSED_SOLUTION = """def my_fused(comm, x):
 
 @exercise(
     "07.1", "fuse LayerNorm into the ring all-reduce", kind="code", function="my_fused",
-    library=("fused:_fused",),
+    library=("collectives.fused:_fused",),
     solution=FUSED_SOLUTION,
     needs={"kernels": kernels, "reduce_scatter_ring": reduce_scatter_ring,
            "all_gather_ring": all_gather_ring},

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import Cluster
-from ..training import (
+from ..training.data_parallel import (
     MLP,
     allreduce_gradients,
     bucket_layout,
@@ -95,8 +95,8 @@ def _raised_hint(e: BaseException) -> str:
 
 @exercise(
     "08.1", "average the gradients over the ranks", kind="code",
-    library=("training:bucket_layout", "training:bucket", "training:unbucket",
-             "training:allreduce_gradients"),
+    library=("training.data_parallel:bucket_layout", "training.data_parallel:bucket",
+             "training.data_parallel:unbucket", "training.data_parallel:allreduce_gradients"),
     function="average_gradients", solution=AVERAGE_SOLUTION,
     explanation="Walk the tensors in order, open a bucket when the next would overflow the cap; "
                 "one all-reduce per bucket, divided by world_size, cut back into shapes.",

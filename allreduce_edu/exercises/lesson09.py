@@ -8,8 +8,8 @@ not installed it says so and runs the same checks on gRPC ranks against NumPy.
 
 from __future__ import annotations
 
-from ..comm.links import Links
-from ..costmodel import predict, predict_on_links
+from ..model.costmodel import predict, predict_on_links
+from ..model.links import Links
 from ..runtime import Cluster, missing, ship
 from .engine_check import RingFailed, explain_failure, first_problem, ring_on_rank, with_prefix
 from .feedback import Feedback, failed, passed
@@ -166,7 +166,7 @@ check_hierarchical_prediction = number(
     slips=lambda d: _hierarchical_slips(),
     otherwise=lambda d, name, got: (
         f"off by a factor {got / scenario_seconds(name):.2f}; see the formulas in "
-        f"allreduce_edu/costmodel.py: ring_on_links and hierarchical_on_links."),
+        f"allreduce_edu/model/costmodel.py: ring_on_links and hierarchical_on_links."),
     success=lambda d: _hierarchical_success(),
     hints=("The flat ring crosses between the nodes in every step, and a step waits for its "
            "slowest hop: price all 2(N − 1) steps, each of S/N bytes, with the inter-node α and "

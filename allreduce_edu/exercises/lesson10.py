@@ -8,7 +8,7 @@ measures it); `check_transport_names` with NCCL's and Open MPI's names for the s
 
 from __future__ import annotations
 
-from ..costmodel import crossover
+from ..model.costmodel import crossover
 from ..trace import format_bytes
 from .registry import exercise, hint, solution  # noqa: F401 - notebook
 from .spec import REQUIRED, Blank, Slip, names, number

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..collectives import all_gather, reduce_scatter
 from ..runtime import Cluster, ship
-from ..sharded.adam import adam
+from ..training.sharded.adam import adam
 from .feedback import Feedback, failed, passed
 from .harness import RankError, run_on_ranks
 from .lesson11_questions import check_zero2_bytes, check_zero3_traffic  # noqa: F401
@@ -72,7 +72,7 @@ TIPS = (  # (words in "ErrorType: message", what usually causes it)
     (("broadcast",), "m and v hold this rank's shard only, len(weights) // N elements: give adam "
                      "this rank's shard of the weights and the reduce-scattered gradient."),
     (("NameError",), "import what your step uses: from allreduce_edu import reduce_scatter, "
-                     "all_gather; from allreduce_edu.sharded.adam import adam."),
+                     "all_gather; from allreduce_edu.training.sharded.adam import adam."),
 )
 
 
@@ -146,7 +146,7 @@ def _traffic_problem(sent: dict, length: int, n: int, rank: int, step: int) -> s
 
 @exercise(
     "11.1", "write ZeRO-1's step", kind="code", function="my_zero1_step",
-    library=("sharded.zero:Rank.train_step",),
+    library=("training.sharded.zero:Rank.train_step",),
     solution=ZERO1_SOLUTION,
     needs={"reduce_scatter": reduce_scatter, "all_gather": all_gather, "adam": adam},
     explanation="""Data parallel's all-reduce cut in its two halves, Adam in between: the same
@@ -161,7 +161,7 @@ bytes, 2(N−1)/N·S per rank, and 1/N of the optimizer state on each rank.""",
            ' the new full weights on every rank.'),
     key="""from allreduce_edu import all_gather, reduce_scatter
 from allreduce_edu.exercises.lesson11 import check_zero1_step, hint, solution
-from allreduce_edu.sharded.adam import adam
+from allreduce_edu.training.sharded.adam import adam
 
 """ + ZERO1_SOLUTION + """
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..sharded.memory import zero_formula
+from ..training.sharded.memory import zero_formula
 from .spec import Blank, Slip, number
 
 LESSON = "allreduce_edu.exercises.lesson11"  # where the notebook imports them from

@@ -12,9 +12,9 @@ import time
 import numpy as np
 
 from ..collectives import allreduce
-from ..costmodel import predict
+from ..model.costmodel import predict
 from ..runtime.osfacts import usable_cpus
-from ..sharded.overlap import (  # noqa: F401 - zero3_pass: the notebook's
+from ..training.sharded.overlap import (  # noqa: F401 - zero3_pass: the notebook's
     bucket_layers,
     measure_overlap,
     predict_exposed,
@@ -145,7 +145,7 @@ def _sizes(layer_bytes) -> set[int]:
            'but start late. Price each candidate size with the model and return the one that '
            'leaves the least communication exposed after backward.'),
     key="""from allreduce_edu.exercises.lesson12 import check_choose_bucket, hint, solution
-from allreduce_edu.sharded.overlap import predict_exposed
+from allreduce_edu.training.sharded.overlap import predict_exposed
 
 
 """ + CHOOSE_SOLUTION + """

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..collectives import allreduce
-from ..pytorch import NEEDS_TORCH, have_torch
 from ..runtime import Cluster
+from ..training.pytorch import NEEDS_TORCH, have_torch
 from .feedback import Feedback, failed, passed
 from .harness import run_on_ranks
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
@@ -35,8 +35,8 @@ def compare_ddp(cluster, algorithm="ring", steps: int = 30) -> dict:
     hook (`algorithm`: a name or your fn(comm, x)), DDP with gloo's all_reduce. Each one's loss
     per step (DDP's: the mean of the ranks' shard losses = the batch's), median seconds per step,
     and our run's buckets, bytes per rank and trace."""
-    from ..pytorch.ddp import rendezvous, train_ddp
-    from ..pytorch.models import make_bars, make_cnn, train
+    from ..training.pytorch.ddp import rendezvous, train_ddp
+    from ..training.pytorch.models import make_bars, make_cnn, train
 
     X, y = make_bars()
     one = train(make_cnn(), X, y, steps)
@@ -67,7 +67,7 @@ def print_curves(result: dict, every: int = 5) -> None:
 def check_block(cluster, rows: int = 12, hidden: int = 16, ffn: int = 32) -> dict:
     """The block on `cluster`'s ranks against one process: the largest difference of the output
     and of each gradient, and rank 0's bytes by (collective, phase)."""
-    from ..pytorch.tp_train import gather_shards, step_in_one_process, step_on_rank
+    from ..training.pytorch.tp_train import gather_shards, step_in_one_process, step_on_rank
 
     per_rank = cluster.run(step_on_rank, rows, hidden, ffn)
     ref, ours = step_in_one_process(rows, hidden, ffn), gather_shards(per_rank)
@@ -93,7 +93,7 @@ def print_bytes(result: dict) -> None:
 def drift(cluster, sync, steps: int = 6) -> list[tuple[float, float]]:
     """After each SGD step of the block with gradient sync `sync`, how far apart the ranks' norm
     weight and bias are (the largest |rank r − rank 0|)."""
-    from ..pytorch.tp_train import train_on_rank
+    from ..training.pytorch.tp_train import train_on_rank
 
     history = cluster.run(train_on_rank, steps, sync=sync)
     return [tuple(max(float(np.abs(h[k][step] - history[0][k][step]).max()) for h in history)
@@ -118,7 +118,7 @@ HOOK_SOLUTION = """def my_ddp_hook(state, bucket):
 
 @exercise(
     "13.1", "write the DDP communication hook", kind="code", function="my_ddp_hook",
-    library=("pytorch.hook:allreduce_hook",),
+    library=("training.pytorch.hook:allreduce_hook",),
     solution=HOOK_SOLUTION,
     explanation="""DDP hands the hook one bucket: this rank's gradients of a few layers, flat. The
 hook sends them through the ring (the sum over the ranks), divides by N (each rank's gradient is
@@ -151,7 +151,7 @@ def check_ddp_hook(my_ddp_hook, ring=None, world_size: int = 3, steps: int = 3,
     the ranks' mean, on every rank, sent through the ring, and the loss is one process's."""
     if not have_torch():
         return Feedback(False, f"this checker {NEEDS_TORCH}", "check failed")
-    from ..pytorch.ddp import rendezvous
+    from ..training.pytorch.ddp import rendezvous
     from .lesson13_hook import diagnose, one_process_losses, train_with_hook
     from .registry import reference
 
@@ -184,7 +184,7 @@ SYNC_SOLUTION = """def my_sync_norm_grads(comm, grad_weight, grad_bias):
 
 @exercise(
     "13.2", "keep the norm's weights in step", kind="code", function="my_sync_norm_grads",
-    library=("pytorch.tensor_parallel:sync_norm_grads",),
+    library=("training.pytorch.tensor_parallel:sync_norm_grads",),
     solution=SYNC_SOLUTION, needs={"allreduce": allreduce},
     explanation="""Every rank normalises only its own rows, so its gradient of the norm's weight and
 bias sums over those rows alone. The batch's gradient is the sum over all rows: one all-reduce
@@ -209,8 +209,8 @@ def check_norm_grad_sync(my_sync_norm_grads, world_size: int = 3, steps: int = 4
     sync keeps every rank's norm weights equal, and equal to one process's, step after step."""
     if not have_torch():
         return Feedback(False, f"this checker {NEEDS_TORCH}", "check failed")
-    from ..pytorch.tensor_parallel import full_parameters
-    from ..pytorch.tp_train import train_in_one_process, train_on_rank
+    from ..training.pytorch.tensor_parallel import full_parameters
+    from ..training.pytorch.tp_train import train_in_one_process, train_on_rank
 
     if cluster is None:
         with Cluster(world_size) as ranks:

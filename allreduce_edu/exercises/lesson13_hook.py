@@ -30,8 +30,8 @@ def train_with_hook(comm, meet: str, hook, ring, steps: int, deadline: float) ->
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
-    from ..pytorch.ddp import gloo_group
-    from ..pytorch.models import make_bars, make_cnn, train
+    from ..training.pytorch.ddp import gloo_group
+    from ..training.pytorch.models import make_bars, make_cnn, train
 
     torch.set_num_threads(1)  # the ranks share this machine's cores
     X, y = make_bars()
@@ -72,7 +72,7 @@ def train_with_hook(comm, meet: str, hook, ring, steps: int, deadline: float) ->
 
 def one_process_losses(steps: int) -> np.ndarray:
     """The same CNN, batches and SGD in one process: its loss per step."""
-    from ..pytorch.models import make_bars, make_cnn, train
+    from ..training.pytorch.models import make_bars, make_cnn, train
 
     X, y = make_bars()
     return np.array(train(make_cnn(), X, y, steps, BATCH, 0.1)["losses"])

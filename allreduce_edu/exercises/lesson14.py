@@ -24,8 +24,8 @@ from .lesson14_questions import check_barrier_order_answer, check_block_size_ans
 from .registry import exercise, hint, is_stub, solution  # noqa: F401 - notebook
 
 try:
-    from .. import gpu
-    from ..gpu import cuda
+    from ..kernels import gpu
+    from ..kernels.gpu import cuda
     GPU_MISSING = ""
 except ImportError as e:  # the lesson still runs; its kernel cells say what to install
     gpu, cuda, GPU_MISSING = None, None, str(e)
@@ -224,7 +224,7 @@ tree_sum = cuda.jit(device=True)(tree_sum)   # a device function: kernels can ca
 
 @exercise(
     "14.1", "write the block's tree reduction", kind="code", function="tree_sum",
-    library=("gpu.block:block_sum",),
+    library=("kernels.gpu.block:block_sum",),
     solution=TREE_SOLUTION, needs={"cuda": cuda},
     hints=("Start from the sequential picture: at each step, which threads are active, and whose "
            "partial does each of them add? Write one step, then repeat it with the stride halved.",

@@ -12,7 +12,7 @@ from collections import Counter
 
 import numpy as np
 
-from ..elastic.quorum import Quorum, alive, quorum
+from ..training.elastic.quorum import Quorum, alive, quorum
 from .feedback import Feedback, failed, passed
 from .quorum_cases import (
     Case,
@@ -57,7 +57,7 @@ def _call(fn, case: Case):
 
 @exercise(
     "15.1", "write the quorum rule", kind="code", function="my_quorum", solution=QUORUM_SOLUTION,
-    needs={"alive": alive, "Quorum": Quorum}, library=("elastic.quorum:quorum",),
+    needs={"alive": alive, "Quorum": Quorum}, library=("training.elastic.quorum:quorum",),
     explanation="""torchft's Lighthouse applies the same rule (src/lighthouse.rs,
 quorum_compute): the healthy replicas that asked, at least min_replicas and more than half of
 those heartbeating; the same members keep the quorum id (a fast quorum).""",
@@ -73,7 +73,7 @@ those heartbeating; the same members keep the quorum id (a fast quorum).""",
            "The key idea: a quorum is the sorted set of live replicas that asked; it forms only "
            "when that set is a strict majority of the live replicas and at least min_replicas, "
            "and its id changes exactly when its membership changes."),
-    key="""from allreduce_edu.elastic import Quorum, alive
+    key="""from allreduce_edu.training.elastic import Quorum, alive
 from allreduce_edu.exercises.lesson15 import check_quorum, hint, solution
 
 
@@ -137,7 +137,7 @@ def _grads(steps) -> dict[int, np.ndarray]:
 
 @exercise(
     "15.2", "decide the heal", kind="code", function="my_heal",
-    solution=HEAL_SOLUTION, library=("elastic.quorum:heal_plan",),
+    solution=HEAL_SOLUTION, library=("training.elastic.quorum:heal_plan",),
     explanation="""torchft's Manager does the same: the quorum names a recovery source for
 each replica behind max_step (assigned in turn), the healing replica loads that state and
 all-reduces zeros, and the sum is divided by num_participants.""",

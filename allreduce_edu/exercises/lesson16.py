@@ -22,9 +22,9 @@ from ..collectives.double_binary_tree import (
     programs,
     trees,
 )
-from ..comm.links import Links
+from ..model.links import Links
+from ..model.tuner import tune
 from ..runtime import TESTBED, Cluster
-from ..tuner import tune
 from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 from .spec import choice

@@ -11,8 +11,8 @@ import time
 import numpy as np
 
 from ..collectives import allreduce
-from ..compress import ErrorFeedback, allreduce_fp8
-from ..compress.train import sent_since
+from ..training.compress import ErrorFeedback, allreduce_fp8
+from ..training.compress.train import sent_since
 from .feedback import Feedback, failed, passed
 from .lesson17_questions import check_powersgd_ratio, check_when_compression_pays  # noqa: F401
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
@@ -128,7 +128,7 @@ class _Spy:
 
 @exercise(
     "17.1", "write the error-feedback step", kind="code", function="my_error_feedback_step",
-    library=("compress.feedback:error_feedback_step",),
+    library=("training.compress.feedback:error_feedback_step",),
     solution=EF_SOLUTION,
     hints=("Write down what must hold after every step: each gradient so far is either sent "
            "already or still waiting in the residual. What must compress be given so that "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from ..elastic.quorum import Quorum, quorum
+from ..training.elastic.quorum import Quorum, quorum
 
 NOW, TIMEOUT = 100.0, 1.0
 SEEN = {"alive": NOW - 0.4, "dead": NOW - 2.5}  # heartbeat 0.4 s ago; 2.5 s ago (timeout 1 s)
@@ -82,7 +82,7 @@ def shape_problem(got) -> str:
         return ""
     if not isinstance(got, Quorum):
         return (f"your rule returned {got!r}: return Quorum(quorum_id, members) (from "
-                f"allreduce_edu.elastic) or None.")
+                f"allreduce_edu.training.elastic) or None.")
     if not isinstance(got.members, tuple):
         return (f"your Quorum's members are a {type(got.members).__name__}: make them a tuple "
                 f"(a Quorum is frozen and compared by value, so a list never equals the "

@@ -7,6 +7,9 @@ import threading
 import numpy as np
 
 from .. import kernels
+from ..kernels import cpu
+
+_MODULES = (kernels, cpu)  # the package re-exports cpu's names: a caller may reach either
 
 _NORM_FUNCTIONS = ("layernorm", "rmsnorm", "add_layernorm", "sum_layernorm")
 _PATCH_LOCK = threading.Lock()
@@ -39,8 +42,9 @@ class CountRows:
         with _PATCH_LOCK:
             if _PATCH["users"] == 0:
                 for name in _NORM_FUNCTIONS:
-                    _PATCH["originals"][name] = getattr(kernels, name)
-                    setattr(kernels, name, _counting(name, getattr(kernels, name)))
+                    _PATCH["originals"][name] = original = getattr(cpu, name)
+                    for module in _MODULES:
+                        setattr(module, name, _counting(name, original))
             _PATCH["users"] += 1
         _COUNT.rows = 0
         return self
@@ -52,4 +56,5 @@ class CountRows:
             _PATCH["users"] -= 1
             if _PATCH["users"] == 0:
                 for name, fn in _PATCH["originals"].items():
-                    setattr(kernels, name, fn)
+                    for module in _MODULES:
+                        setattr(module, name, fn)

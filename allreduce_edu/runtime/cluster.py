@@ -29,7 +29,7 @@ class Cluster:
     shared memory (allreduce_edu.comm.transports.shm).
     transport="local": one thread per rank in this process, for instant traces and tests.
     `timeout` bounds every wait for a peer, in seconds.
-    `links` (see allreduce_edu.comm.links) delays every message as an emulated network link would.
+    `links` (see allreduce_edu.model.links) delays every message as an emulated network link would.
     A world larger than this machine holds is refused before anything starts
     (`max_ranks` overrides).
     """

@@ -67,7 +67,7 @@ def run_on_engine(fn, engine: str = "mpi", world_size: int = 3, *args, timeout: 
                                                          "comm_timeout": comm_timeout}))
         entry = ["-m", "allreduce_edu.runtime", folder]
         if engine == "mpi":
-            from ..comm.mpi import mpirun_command
+            from ..comm.transports.engine.mpi import mpirun_command
             command = mpirun_command(world_size) + [sys.executable, *entry]
         else:
             # the package's launcher sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, like torchrun

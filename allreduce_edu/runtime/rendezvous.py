@@ -24,7 +24,7 @@ from .._proto import rank_pb2 as pb
 from .._proto import rank_pb2_grpc
 from ..comm.auth import TLS, channel
 from ..comm.errors import CollectiveError, RankFailure
-from ..comm.grpc import GrpcCommunicator
+from ..comm.transports.grpc.communicator import GrpcCommunicator
 from .transports import transport as transport_row
 from .worker import become_rank
 

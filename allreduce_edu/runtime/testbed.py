@@ -6,14 +6,14 @@ CPU, set every time. Introduced in lessons/02; every lesson that compares speeds
 
 On one laptop every rank shares the same two cores, so a raw transport's time is CPU time: the ring
 cannot beat naive there, and crossovers vanish. Here each rank has one full-duplex port whose
-messages take α + n·β (allreduce_edu.comm.links), the waiting ranks sleep, and the bytes move
+messages take α + n·β (allreduce_edu.model.links), the waiting ranks sleep, and the bytes move
 through shared memory, so the transport's own cost per message (~0.1-0.3 ms on 2 cores) stays
 small beside the link's. Measured times then follow costmodel.predict_on_links(…, TESTBED).
 """
 
 from __future__ import annotations
 
-from ..comm.links import Links
+from ..model.links import Links
 from .cluster import Cluster
 
 #: the testbed's network: every link 10 ms per message and 100 MB/s (a 1 MiB message: 20.5 ms)

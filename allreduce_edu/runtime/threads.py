@@ -9,7 +9,7 @@ import sys
 import threading
 
 from ..comm.errors import CollectiveAborted, CollectiveError
-from ..comm.local import LocalWorld
+from ..comm.transports.local import LocalWorld
 from .shipping import ship
 from .worker import Report, execute
 

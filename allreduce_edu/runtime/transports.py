@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from ..comm.grpc import GrpcCommunicator
+from ..comm.transports.grpc.communicator import GrpcCommunicator
 from ..comm.transports.shm import ShmLinks, chosen
 from ..comm.transports.shm.portable import Portable, Scratch
 from .processes import ProcessRanks

@@ -264,9 +264,9 @@ class EngineStart:
         become_rank(rank, world_size, os.getppid(), f"{self.spec['engine']} engine")
         try:
             if self.spec["engine"] == "mpi":
-                from ..comm.mpi import MPICommunicator
+                from ..comm.transports.engine.mpi import MPICommunicator
                 return MPICommunicator(timeout=self.spec["comm_timeout"])
-            from ..comm.torch_dist import TorchCommunicator
+            from ..comm.transports.engine.torch_dist import TorchCommunicator
             return TorchCommunicator(timeout=self.spec["comm_timeout"])
         except BaseException as e:  # noqa: BLE001 - reported like a failed run, with its traceback
             report = Report(rank, 0, error=e, traceback=traceback.format_exc(), kind="error")

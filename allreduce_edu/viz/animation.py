@@ -1,6 +1,6 @@
 """Step animations over a replayed trace, drawn and played in the browser. Lesson 03.
 
-Python replays the recorded messages once (`allreduce_edu.replay.replay`) and hands every step's
+Python replays the recorded messages once (`allreduce_edu.viz.replay.replay`) and hands every step's
 state to a small ES module (steps.js) as data; Play, Pause, stepping, the slider, the speed and the
 symbols/numbers switch then run in the browser with the kernel idle, and the same module plays
 without any kernel in an exported page (`to_html`, the static site). The picture is what happened on
@@ -14,7 +14,6 @@ import numpy as np
 import traitlets
 from matplotlib.animation import FuncAnimation, PillowWriter
 
-from ..replay import replay
 from ..trace import format_bytes
 from .browser import HERE, BrowserWidget
 from .frame import (
@@ -30,6 +29,7 @@ from .frame import (
     new_figure,
     png_bytes,
 )
+from .replay import replay
 
 PX_PER_INCH = 125  # the browser picture is the matplotlib frame's layout at 900 x 600 px
 MODES = ("symbols", "numbers")

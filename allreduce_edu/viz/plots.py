@@ -17,7 +17,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
 from ..collectives.registry import describe
-from ..costmodel import predict
+from ..model.costmodel import predict
 from ..trace import format_bytes
 from .frame import OTHER_COLOUR, PHASE_COLOURS, chunk_span
 

@@ -5,7 +5,7 @@ import pytest
 
 from allreduce_edu import cli
 
-gpu = pytest.importorskip("allreduce_edu.gpu", reason='numba-cuda is not installed: '
+gpu = pytest.importorskip("allreduce_edu.kernels.gpu", reason='numba-cuda is not installed: '
                                                       'it installs with the package on Linux')
 
 from allreduce_edu.bench import gpu as gpu_bench  # noqa: E402 - after the skip

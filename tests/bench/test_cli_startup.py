@@ -11,7 +11,7 @@ import pytest
 pytestmark = pytest.mark.processes  # each test runs the command line in a subprocess
 resource = pytest.importorskip("resource", reason="CPU time of a child from getrusage: POSIX only")
 
-HEAVY = ("nbformat", "jsonschema", "matplotlib", "anywidget", "ipywidgets", "allreduce_edu.site")
+HEAVY = ("nbformat", "jsonschema", "matplotlib", "anywidget", "ipywidgets", "allreduce_edu.course.site")
 
 
 def _cpu_seconds(*args: str) -> tuple[float, subprocess.CompletedProcess]:

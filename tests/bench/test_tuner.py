@@ -7,9 +7,9 @@ import types
 
 import pytest
 
-from allreduce_edu import costmodel
-from allreduce_edu.comm.links import Link, Links
-from allreduce_edu.tuner import PROTOCOLS, print_table, table_lines, tune
+from allreduce_edu.model import costmodel
+from allreduce_edu.model.links import Link, Links
+from allreduce_edu.model.tuner import PROTOCOLS, print_table, table_lines, tune
 
 SIMPLE = [p for p in PROTOCOLS if p.name == "Simple"]
 TESTBED = (200e-6, 1 / 50e6)  # α and β of the course's emulated links

@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import allreduce_edu as ae
-from allreduce_edu import costmodel
 from allreduce_edu.collectives import ALL_GATHERS, OPS, REDUCE_SCATTERS
-from allreduce_edu.replay import replay
+from allreduce_edu.model import costmodel
 from allreduce_edu.viz import CircleAnimation, animate
+from allreduce_edu.viz.replay import replay
 
 
 def _halves(comm, rows, op, dtype, seed, algorithm):

@@ -14,7 +14,7 @@ import allreduce_edu as ae
 from allreduce_edu.collectives import ALGORITHMS
 from allreduce_edu.comm.contract import Comm
 from allreduce_edu.comm.group import Group
-from allreduce_edu.comm.local import LocalWorld
+from allreduce_edu.comm.transports.local import LocalWorld
 from allreduce_edu.exercises.harness import Spy
 from allreduce_edu.runtime.transports import TRANSPORTS
 

@@ -8,7 +8,6 @@ import pytest
 from conftest import check_allreduce, cluster_for
 
 import allreduce_edu as ae
-from allreduce_edu import costmodel, portsim
 from allreduce_edu.collectives.double_binary_tree import (
     NOMINAL,
     PIPELINE_BYTES,
@@ -21,10 +20,11 @@ from allreduce_edu.collectives.double_binary_tree import (
     schedule,
     trees,
 )
-from allreduce_edu.comm.links import Link, Links
-from allreduce_edu.replay import replay
+from allreduce_edu.model import costmodel, portsim
+from allreduce_edu.model.links import Link, Links
 from allreduce_edu.viz import DoubleTreeAnimation, animate
 from allreduce_edu.viz.layouts import TREE_COLOURS
+from allreduce_edu.viz.replay import replay
 
 # parents, read off the pictures in NCCL's src/graph/trees.cc (-1: the root)
 NCCL_12_TREE_1 = [-1, 2, 4, 2, 8, 6, 4, 6, 0, 10, 8, 10]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from allreduce_edu import portsim
-from allreduce_edu.comm.links import Link
+from allreduce_edu.model import portsim
+from allreduce_edu.model.links import Link
 
 STORED, FLIGHT = Link(1.0, 0.01), Link(1.0, 0.01, in_flight=True)
 

@@ -8,9 +8,9 @@ import pytest
 import allreduce_edu as ae
 from allreduce_edu.bench import allreduce as bench
 from allreduce_edu.collectives import registry
-from allreduce_edu.costmodel import predict
-from allreduce_edu.replay import replay
+from allreduce_edu.model.costmodel import predict
 from allreduce_edu.viz import NaiveAnimation, animate
+from allreduce_edu.viz.replay import replay
 
 
 @pytest.fixture

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 import allreduce_edu as ae
-from allreduce_edu.comm.engine import EngineCommunicator
 from allreduce_edu.comm.errors import CollectiveMismatch, CollectiveTimeout
+from allreduce_edu.comm.transports.engine.communicator import EngineCommunicator
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = ROOT / "tests" / "comm" / "engine_scripts" / "check_engine.py"
@@ -141,7 +141,7 @@ def _need(module: str, command: str | None = None) -> None:
 
 
 def _mpirun(n: int, *args) -> subprocess.CompletedProcess:
-    from allreduce_edu.comm.mpi import mpirun_command
+    from allreduce_edu.comm.transports.engine.mpi import mpirun_command
     return subprocess.run(mpirun_command(n) + [sys.executable, str(CHECK), "mpi", *map(str, args)], cwd=ROOT,
                           check=False, capture_output=True, text=True, timeout=180)
 

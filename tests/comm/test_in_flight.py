@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import allreduce_edu as ae
-from allreduce_edu.comm.links import Link, Links, Ports
+from allreduce_edu.model.links import Link, Links, Ports
 
 
 def test_a_port_is_held_for_the_bytes_and_the_message_arrives_alpha_later():

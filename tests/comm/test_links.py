@@ -14,8 +14,8 @@ from conftest import cluster_for
 
 import allreduce_edu as ae
 from allreduce_edu.collectives.hierarchical import hierarchical, node_size
-from allreduce_edu.comm.links import Link, Links, parse_topology, sleep_until
-from allreduce_edu.costmodel import predict_on_links
+from allreduce_edu.model.costmodel import predict_on_links
+from allreduce_edu.model.links import Link, Links, parse_topology, sleep_until
 
 MiB = 1 << 20
 # a slow network between nodes: 2 ms per message and 1 MiB in 20 ms; fast links inside a node

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 import allreduce_edu as ae
 from allreduce_edu.comm.auth import RANK_KEY, TLS, TOKEN_KEY
-from allreduce_edu.comm.grpc import EXCHANGE, GrpcCommunicator
 from allreduce_edu.comm.mailbox import Message, Signature
+from allreduce_edu.comm.transports.grpc.communicator import EXCHANGE, GrpcCommunicator
 from allreduce_edu.comm.wire import encode_frames
 
 x509 = pytest.importorskip("cryptography.x509")

@@ -13,8 +13,8 @@ from conftest import cluster_for, needs_proc
 from allreduce_edu._proto import codegen
 from allreduce_edu._proto import rank_pb2 as pb
 from allreduce_edu.comm.auth import TOKEN_KEY
-from allreduce_edu.comm.grpc import EXCHANGE, SERVICE, GrpcCommunicator
 from allreduce_edu.comm.mailbox import Message, Signature
+from allreduce_edu.comm.transports.grpc.communicator import EXCHANGE, SERVICE, GrpcCommunicator
 from allreduce_edu.comm.wire import WireError, check_header, decode_frame, encode_frames
 
 

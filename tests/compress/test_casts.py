@@ -11,11 +11,16 @@ from conftest import cluster_for
 
 from allreduce_edu import allreduce
 from allreduce_edu.collectives import ALGORITHMS
-from allreduce_edu.compress import allreduce_bf16, allreduce_fp8, allreduce_fp16, ring_bytes
-from allreduce_edu.compress.casts import bf16_bytes, fp8_bytes, fp16_bytes
-from allreduce_edu.compress.codecs import FP16
-from allreduce_edu.compress.exchange import allreduce_encoded
 from allreduce_edu.exercises import reference
+from allreduce_edu.training.compress import (
+    allreduce_bf16,
+    allreduce_fp8,
+    allreduce_fp16,
+    ring_bytes,
+)
+from allreduce_edu.training.compress.casts import bf16_bytes, fp8_bytes, fp16_bytes
+from allreduce_edu.training.compress.codecs import FP16
+from allreduce_edu.training.compress.exchange import allreduce_encoded
 
 WORLD_SIZES = [1, 2, 3, 4, 5, 7, 8]
 # relative error of one rounding, and how many roundings a value meets on its way (+ slack)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from allreduce_edu.compress.codecs import BF16, FP8, FP16, SIGN
-from allreduce_edu.compress.formats import (
+from allreduce_edu.training.compress.codecs import BF16, FP8, FP16, SIGN
+from allreduce_edu.training.compress.formats import (
     E4M3_MAX,
     from_bf16_bits,
     from_e4m3_bits,

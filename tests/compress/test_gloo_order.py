@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from conftest import cluster_for
 
-from allreduce_edu.compress import allreduce_fp16
-from allreduce_edu.compress.gloo_order import gloo_chunks, gloo_ring
+from allreduce_edu.training.compress import allreduce_fp16
+from allreduce_edu.training.compress.gloo_order import gloo_chunks, gloo_ring
 
 
 def data(rank: int, size: int) -> np.ndarray:

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from conftest import cluster_for
 
-from allreduce_edu.compress import OneBit, Scheme
-from allreduce_edu.compress.onebit import padded_size
-from allreduce_edu.compress.train import sent_since
+from allreduce_edu.training.compress import OneBit, Scheme
+from allreduce_edu.training.compress.onebit import padded_size
+from allreduce_edu.training.compress.train import sent_since
 
 WORLD_SIZES = [1, 2, 3, 4, 5, 7, 8]
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from conftest import cluster_for
 
-from allreduce_edu.compress import PowerSGD, compression_ratio
-from allreduce_edu.compress.powersgd import draw_normal, orthogonalise
-from allreduce_edu.compress.train import sent_since
 from allreduce_edu.exercises import reference
+from allreduce_edu.training.compress import PowerSGD, compression_ratio
+from allreduce_edu.training.compress.powersgd import draw_normal, orthogonalise
+from allreduce_edu.training.compress.train import sent_since
 
 WORLD_SIZES = [1, 2, 3, 4, 5, 7, 8]
 SHAPES = [(16, 8), (16,), (3, 16), (4, 5, 6), (2, 2), (16, 8)]  # matrices, a bias, small ones

@@ -8,8 +8,17 @@ import numpy as np
 import pytest
 from conftest import cluster_for
 
-from allreduce_edu.compress import BF16, FP8, FP16, OneBit, PowerSGD, Scheme, compare, train
-from allreduce_edu.training import MLP, make_dataset, train_data_parallel
+from allreduce_edu.training.compress import (
+    BF16,
+    FP8,
+    FP16,
+    OneBit,
+    PowerSGD,
+    Scheme,
+    compare,
+    train,
+)
+from allreduce_edu.training.data_parallel import MLP, make_dataset, train_data_parallel
 
 STEPS = 60
 

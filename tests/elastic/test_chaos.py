@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from conftest import HAS_PROC, needs_proc
 
-from allreduce_edu.elastic.chaos import Kill, chaos_schedule, run_chaos
-from allreduce_edu.elastic.restart import run_restart, young_daly_interval
-from allreduce_edu.training import MLP, make_dataset, train_single
+from allreduce_edu.training.data_parallel import MLP, make_dataset, train_single
+from allreduce_edu.training.elastic.chaos import Kill, chaos_schedule, run_chaos
+from allreduce_edu.training.elastic.restart import run_restart, young_daly_interval
 
 # one kill at each phase; the last kills slot 1's replacement as its healed state arrives
 SCHEDULE = [Kill(6, 1, "forward"), Kill(13, 2, "allreduce"), Kill(20, 0, "commit"),

@@ -10,8 +10,8 @@ import grpc
 import pytest
 
 from allreduce_edu.comm.auth import TOKEN_KEY
-from allreduce_edu.elastic import Lighthouse, LighthouseClient
-from allreduce_edu.elastic.lighthouse import METHODS, SERVICE, invalid
+from allreduce_edu.training.elastic import Lighthouse, LighthouseClient
+from allreduce_edu.training.elastic.lighthouse import METHODS, SERVICE, invalid
 
 
 @pytest.mark.parametrize("name, body, why", [

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from allreduce_edu.comm.errors import RankFailure
-from allreduce_edu.elastic import Lighthouse, LighthouseClient, Manager, state_digest
+from allreduce_edu.training.elastic import Lighthouse, LighthouseClient, Manager, state_digest
 
 
 def test_the_lighthouse_refuses_a_caller_without_its_token():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from allreduce_edu.elastic import Quorum, heal_plan, quorum
+from allreduce_edu.training.elastic import Quorum, heal_plan, quorum
 
 NOW, TIMEOUT = 100.0, 1.0
 IDS = st.lists(st.sampled_from([f"r{i}" for i in range(9)]), unique=True, max_size=9)

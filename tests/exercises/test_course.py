@@ -9,9 +9,9 @@ import re
 import pytest
 
 from allreduce_edu import course
+from allreduce_edu.course.extras import skip_reason
 from allreduce_edu.exercises import hint, progress, reference, registry, solution
 from allreduce_edu.exercises.feedback import Feedback
-from allreduce_edu.extras import skip_reason
 
 EXERCISES = registry.all_exercises()
 LESSONS = {p.name[:2]: course.read(p) for p in course.lesson_files()}

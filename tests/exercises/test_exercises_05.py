@@ -6,7 +6,6 @@ import math
 
 import pytest
 
-from allreduce_edu.costmodel import predict
 from allreduce_edu.exercises import reference, registry
 from allreduce_edu.exercises.lesson05 import (
     CANDIDATES,
@@ -17,6 +16,7 @@ from allreduce_edu.exercises.lesson05 import (
     measured_crossover,
     solution,
 )
+from allreduce_edu.model.costmodel import predict
 
 ALPHA, BETA = 10e-6, 1 / 20e9
 

@@ -255,7 +255,7 @@ def test_hierarchical_prediction():
     assert "20.1 ms" in registry.get("09.3").solution and "5.7 ms" in registry.get("09.3").solution
     assert SCENARIO["nodes"] * SCENARIO["ranks_per_node"] == 12
     assert check_hierarchical_prediction(ring_s * 1.01, hier_s * 0.99)
-    from allreduce_edu.costmodel import predict
+    from allreduce_edu.model.costmodel import predict
     (a_in, b_in), (a_out, b_out), s = SCENARIO["intra"], SCENARIO["inter"], SCENARIO["nbytes"]
     feedback = check_hierarchical_prediction(predict("ring", 12, s, a_in, b_in), hier_s)
     assert not feedback and "inter-node α and β" in feedback.message

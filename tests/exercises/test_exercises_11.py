@@ -12,8 +12,8 @@ from allreduce_edu.exercises.lesson11 import (
     check_zero2_bytes,
     check_zero3_traffic,
 )
-from allreduce_edu.sharded import STAGES, zero_formula
-from allreduce_edu.sharded.adam import adam
+from allreduce_edu.training.sharded import STAGES, zero_formula
+from allreduce_edu.training.sharded.adam import adam
 
 # wrong answers run on thread ranks, which start at once (the right answer runs on gRPC)
 QUICK = {"transport": "local", "timeout": 5.0}

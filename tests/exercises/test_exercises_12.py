@@ -9,7 +9,6 @@ import pytest
 from conftest import cluster_for
 
 from allreduce_edu import allreduce
-from allreduce_edu.costmodel import predict
 from allreduce_edu.exercises import reference
 from allreduce_edu.exercises.lesson12 import (
     MLP_LAYER_BYTES,
@@ -22,8 +21,9 @@ from allreduce_edu.exercises.lesson12 import (
     plot_overlap,
     zero3_pass,
 )
-from allreduce_edu.sharded.overlap import predict_exposed
-from allreduce_edu.training import MLP, loss_and_grads, make_dataset
+from allreduce_edu.model.costmodel import predict
+from allreduce_edu.training.data_parallel import MLP, loss_and_grads, make_dataset
+from allreduce_edu.training.sharded.overlap import predict_exposed
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after the backend

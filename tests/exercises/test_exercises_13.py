@@ -13,7 +13,7 @@ from conftest import cluster_for
 from allreduce_edu import allreduce, course
 from allreduce_edu.exercises import reference
 from allreduce_edu.exercises.lesson13 import check_ddp_hook, check_norm_grad_sync, drift, no_sync
-from allreduce_edu.pytorch import have_torch
+from allreduce_edu.training.pytorch import have_torch
 
 needs_torch = pytest.mark.skipif(not have_torch(), reason="torch is not installed")
 

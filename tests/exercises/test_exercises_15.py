@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from allreduce_edu.elastic import Lighthouse, LighthouseClient, Quorum, alive, quorum
-from allreduce_edu.elastic.chaos import Kill
 from allreduce_edu.exercises import reference
 from allreduce_edu.exercises.lesson15 import check_goodput, check_heal, check_quorum
+from allreduce_edu.training.elastic import Lighthouse, LighthouseClient, Quorum, alive, quorum
+from allreduce_edu.training.elastic.chaos import Kill
 from allreduce_edu.viz.elastic import restart_path
 
 

@@ -104,7 +104,7 @@ def test_the_tuner_exercise_matches_the_tuner():
 def test_the_pipelined_model_is_the_registered_cost_at_the_librarys_k():
     from allreduce_edu import TESTBED
     from allreduce_edu.collectives.double_binary_tree import pipeline_chunks
-    from allreduce_edu.costmodel import predict_on_links
+    from allreduce_edu.model.costmodel import predict_on_links
 
     for s in (8, 1 << 20, 16 << 20):
         k = pipeline_chunks(s)

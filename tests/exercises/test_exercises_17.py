@@ -7,8 +7,6 @@ import numpy as np
 import pytest
 from conftest import cluster_for
 
-from allreduce_edu.comm.links import Links
-from allreduce_edu.compress import FP16, OneBit, PowerSGD, Scheme, compression_ratio, train
 from allreduce_edu.exercises import reference
 from allreduce_edu.exercises.lesson17 import (
     YourFeedback,
@@ -20,6 +18,8 @@ from allreduce_edu.exercises.lesson17 import (
     step_model,
     with_feedback,
 )
+from allreduce_edu.model.links import Links
+from allreduce_edu.training.compress import FP16, OneBit, PowerSGD, Scheme, compression_ratio, train
 
 
 def forgets_the_residual(grad, residual, compress):

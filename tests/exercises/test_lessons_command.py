@@ -16,7 +16,7 @@ import pytest
 
 from allreduce_edu import course
 from allreduce_edu.cli import main
-from allreduce_edu.unanswered import PREDICT, answer_spans
+from allreduce_edu.course.hide_answers import PREDICT, answer_spans
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = [p.name for p in course.lesson_files()]

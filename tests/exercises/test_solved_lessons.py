@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from allreduce_edu import course
-from allreduce_edu.extras import skip_reason
+from allreduce_edu.course.extras import skip_reason
 
 
 @pytest.mark.slow

@@ -10,8 +10,8 @@ from conftest import cluster_for
 
 import allreduce_edu as ae
 from allreduce_edu.bench import fused as fused_bench
-from allreduce_edu.fused import VARIANTS
-from allreduce_edu.reference import layernorm_reference, rmsnorm_reference
+from allreduce_edu.collectives.fused import VARIANTS
+from allreduce_edu.kernels.reference import layernorm_reference, rmsnorm_reference
 
 # (norm, affine, residual): plain LayerNorm, with gamma/beta, + residual; RMSNorm with gamma, + residual
 OPTIONS = [("layernorm", False, False), ("layernorm", True, False), ("layernorm", True, True),

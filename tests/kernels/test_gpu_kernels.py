@@ -1,4 +1,4 @@
-"""The CUDA kernels (allreduce_edu.gpu) against the float64 references: the CPU kernels' own tests,
+"""The CUDA kernels (allreduce_edu.kernels.gpu) against the float64 references: the CPU kernels' own tests,
 run again on the GPU, or on the CUDA simulator where there is none (small shapes: every simulated
 thread is a Python thread)."""
 
@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-gpu = pytest.importorskip("allreduce_edu.gpu", reason='numba-cuda is not installed: '
+gpu = pytest.importorskip("allreduce_edu.kernels.gpu", reason='numba-cuda is not installed: '
                                                       'it installs with the package on Linux')
 
-from allreduce_edu import kernels  # noqa: E402 - after the skip
-from allreduce_edu.reference import layernorm_reference  # noqa: E402
+from allreduce_edu.kernels import cpu as kernels  # noqa: E402 - after the skip
+from allreduce_edu.kernels.reference import layernorm_reference  # noqa: E402
 
 # A private copy of the CPU kernels' test module whose `kernels` is the GPU one: the same test
 # bodies, the same inputs, the same tolerances, run on the other target.

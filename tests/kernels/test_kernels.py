@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from allreduce_edu import kernels
-from allreduce_edu.reference import (
+from allreduce_edu.kernels import cpu as kernels
+from allreduce_edu.kernels.reference import (
     layernorm_naive_float32,
     layernorm_reference,
     reduce_reference,
@@ -300,7 +300,7 @@ def test_workqueue_layer_serialises_launches():
     code = textwrap.dedent("""
         from concurrent.futures import ThreadPoolExecutor
         import numba, numpy as np
-        from allreduce_edu import kernels
+        from allreduce_edu.kernels import cpu as kernels
         x = np.ones((256, 512), np.float32)
         with ThreadPoolExecutor(4) as pool:
             assert all((y == 0).all() for y in pool.map(lambda _: kernels.add_layernorm(x, x), range(40)))

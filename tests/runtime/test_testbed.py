@@ -8,8 +8,8 @@ import pytest
 
 import allreduce_edu as ae
 from allreduce_edu import bench
-from allreduce_edu.costmodel import crossover, predict_on_links
 from allreduce_edu.exercises.lesson05 import measured_crossover
+from allreduce_edu.model.costmodel import crossover, predict_on_links
 
 pytestmark = pytest.mark.processes
 

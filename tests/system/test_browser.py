@@ -263,7 +263,7 @@ def test_ring_animation_plays_in_the_browser_with_the_kernel_idle(app, path, tmp
 def test_the_static_sites_lesson_plays_from_disk(tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (never `playwright install`)")
     executable = chromium_or_skip()
-    from allreduce_edu.site import build_site
+    from allreduce_edu.course.site import build_site
 
     index = build_site(tmp_path / "site", ["03"])
     page_path = next(index.parent.glob("03_*.html"))

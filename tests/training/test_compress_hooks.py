@@ -12,10 +12,10 @@ torch = pytest.importorskip("torch")
 
 from conftest import cluster_for  # noqa: E402
 
-from allreduce_edu.compress import FP16, PowerSGD  # noqa: E402
-from allreduce_edu.compress.gloo_order import gloo_ring  # noqa: E402
-from allreduce_edu.pytorch.anchors import fp16_hook, powersgd_hook, torch_draw  # noqa: E402
-from allreduce_edu.pytorch.ddp import rendezvous, train_ddp  # noqa: E402
+from allreduce_edu.training.compress import FP16, PowerSGD  # noqa: E402
+from allreduce_edu.training.compress.gloo_order import gloo_ring  # noqa: E402
+from allreduce_edu.training.pytorch.anchors import fp16_hook, powersgd_hook, torch_draw  # noqa: E402
+from allreduce_edu.training.pytorch.ddp import rendezvous, train_ddp  # noqa: E402
 
 pytestmark = pytest.mark.processes
 
@@ -47,7 +47,7 @@ def gloo_beside_ours(comm, meet, size):
     import torch.distributed as dist
 
     from allreduce_edu.collectives import allreduce
-    from allreduce_edu.pytorch.ddp import gloo_group
+    from allreduce_edu.training.pytorch.ddp import gloo_group
 
     gloo_group(comm, meet)
     x = np.random.default_rng(comm.rank).standard_normal(size).astype(np.float16)
@@ -114,7 +114,7 @@ def test_powersgd_under_ddp_refuses_to_keep_state_before_the_bucket_rebuild():
 
 
 def test_every_scheme_is_a_ddp_hook():
-    from allreduce_edu.compress import BF16, FP8, OneBit, Scheme
+    from allreduce_edu.training.compress import BF16, FP8, OneBit, Scheme
 
     cluster = cluster_for("shm", 2)
     for scheme in (Scheme("tree"), BF16(), FP8(), OneBit(), PowerSGD(2)):

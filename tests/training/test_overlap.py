@@ -7,9 +7,14 @@ import numpy as np
 import pytest
 from conftest import cluster_for
 
-from allreduce_edu.costmodel import predict
-from allreduce_edu.sharded.overlap import bucket_layers, ddp_step, measure_overlap, predict_exposed
-from allreduce_edu.training import MLP, data_parallel_step, make_dataset
+from allreduce_edu.model.costmodel import predict
+from allreduce_edu.training.data_parallel import MLP, data_parallel_step, make_dataset
+from allreduce_edu.training.sharded.overlap import (
+    bucket_layers,
+    ddp_step,
+    measure_overlap,
+    predict_exposed,
+)
 
 X, Y = make_dataset(256, features=8, classes=4)
 PARAMS = MLP((8, 16, 16, 16, 4)).params

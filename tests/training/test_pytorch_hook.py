@@ -14,8 +14,8 @@ from conftest import cluster_for  # noqa: E402
 
 from allreduce_edu.collectives import ALGORITHMS  # noqa: E402
 from allreduce_edu.exercises import reference  # noqa: E402
-from allreduce_edu.pytorch.ddp import rendezvous, train_ddp  # noqa: E402
-from allreduce_edu.pytorch.models import (  # noqa: E402
+from allreduce_edu.training.pytorch.ddp import rendezvous, train_ddp  # noqa: E402
+from allreduce_edu.training.pytorch.models import (  # noqa: E402
     accuracy,
     flat_parameters,
     make_bars,

@@ -8,10 +8,10 @@ import pytest
 from conftest import cluster_for
 
 from allreduce_edu.runtime import missing, run_on_engine
-from allreduce_edu.sharded import STAGES, train, zero_formula
-from allreduce_edu.sharded.layers import loss_and_grads_by_layer
-from allreduce_edu.sharded.memory import Ledger
-from allreduce_edu.training import MLP, loss_and_grads, make_dataset
+from allreduce_edu.training.data_parallel import MLP, loss_and_grads, make_dataset
+from allreduce_edu.training.sharded import STAGES, train, zero_formula
+from allreduce_edu.training.sharded.layers import loss_and_grads_by_layer
+from allreduce_edu.training.sharded.memory import Ledger
 
 X, Y = make_dataset(256, features=8, classes=4)
 PARAMS = MLP((8, 16, 16, 4)).params  # every layer's W + b divides by 4: 144, 272, 68 parameters

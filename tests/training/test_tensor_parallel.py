@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 from conftest import cluster_for  # noqa: E402
 
-from allreduce_edu.pytorch.tp_train import (  # noqa: E402
+from allreduce_edu.training.pytorch.tp_train import (  # noqa: E402
     gather_shards,
     step_in_one_process,
     step_on_rank,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import cluster_for
 
-from allreduce_edu.training import (
+from allreduce_edu.training.data_parallel import (
     MLP,
     bucket,
     bucket_layout,

@@ -7,8 +7,8 @@ import pytest
 from conftest import cluster_for
 
 import allreduce_edu as ae
-from allreduce_edu.replay import chunk_bounds, replay
 from allreduce_edu.trace import Event, Trace
+from allreduce_edu.viz.replay import chunk_bounds, replay
 
 ALGORITHMS = ["ring", "tree", "naive", "all_to_all", "recursive_doubling", "rabenseifner", "double_binary_tree",
               "bruck"]
@@ -34,7 +34,7 @@ def summary(states) -> list:
 
 
 def test_replay_is_reexported_from_trace():
-    from allreduce_edu.replay import replay as from_trace
+    from allreduce_edu.viz.replay import replay as from_trace
 
     assert from_trace is replay
 

@@ -8,8 +8,8 @@ import re
 import pytest
 
 from allreduce_edu import cli, course
+from allreduce_edu.course.site import WIDGET_VIEW, build_site, static_notebook
 from allreduce_edu.exercises import all_exercises
-from allreduce_edu.site import WIDGET_VIEW, build_site, static_notebook
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,9 @@ import re
 import nbformat
 import pytest
 
-from allreduce_edu import course, site_index
-from allreduce_edu.site import build_site, write_index
+from allreduce_edu import course
+from allreduce_edu.course import site_index
+from allreduce_edu.course.site import build_site, write_index
 
 HEADER = """# {title}
 

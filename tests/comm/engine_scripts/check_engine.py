@@ -25,10 +25,10 @@ def inputs(rank: int, count: int, dtype: str) -> np.ndarray:
 
 def main(engine: str, ranks_per_node: int | None) -> int:
     if engine == "mpi":
-        from allreduce_edu.comm.mpi import MPICommunicator
+        from allreduce_edu.comm.transports.engine.mpi import MPICommunicator
         comm = MPICommunicator(timeout=60)
     else:
-        from allreduce_edu.comm.torch_dist import TorchCommunicator
+        from allreduce_edu.comm.transports.engine.torch_dist import TorchCommunicator
         comm = TorchCommunicator(timeout=60)
     if ranks_per_node:
         comm.ranks_per_node = ranks_per_node
