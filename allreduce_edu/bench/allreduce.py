@@ -94,7 +94,7 @@ def _allreduce_for(comm, algorithm: str):
     """Our algorithm by name, or the engine's own all-reduce when `algorithm` names the engine
     under `comm`."""
     # "gloo" on a TorchCommunicator, "mpi" on an MPICommunicator
-    if algorithm == getattr(comm, "engine", None):
+    if comm.engine and algorithm == comm.engine:
         return comm.builtin_allreduce
     return lambda x: allreduce(comm, x, "sum", algorithm)
 

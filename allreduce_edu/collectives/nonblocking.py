@@ -29,8 +29,10 @@ class CollectiveRequest:
     """A collective in flight: `wait()` for its result (or its error); `done()` without waiting.
     `t_issued`, `t_start`, `t_end` (time.perf_counter) are when it was issued, ran, finished."""
 
-    def __init__(self, progress, name: str, run, args):
-        self.comm, self.name, self._run, self._args = progress.comm, name, run, args
+    def __init__(self, progress, name: str, run, args, comm=None):
+        # it runs on `comm` (a Group's request on the group), default the thread's own communicator
+        self.comm = progress.comm if comm is None else comm
+        self.name, self._run, self._args = name, run, args
         self._progress = progress  # the thread that runs it (the comm's may be gone by wait)
         self.nbytes = int(getattr(args[0], "nbytes", 0)) if args else 0
         self.t_issued, self.t_start, self.t_end = time.perf_counter(), None, None
@@ -78,7 +80,7 @@ def progress_of(comm) -> Progress:
 
 def _issue(comm, name: str, run, *args) -> CollectiveRequest:
     progress = progress_of(comm)
-    return progress.submit(CollectiveRequest(progress, name, run, args))
+    return progress.submit(CollectiveRequest(progress, name, run, args, comm))
 
 
 def iallreduce(comm, x, op: str = "sum", algorithm: str = "ring") -> CollectiveRequest:

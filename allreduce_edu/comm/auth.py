@@ -1,6 +1,7 @@
 """Who may talk to a rank: the cluster's shared token on every call, and TLS between machines.
 
-Used by the rank servers and clients (comm/transports/grpc/) and by the rendezvous (runtime/rendezvous.py).
+Used by the rank servers and clients (comm/transports/grpc/) and by the rendezvous
+(runtime/rendezvous.py).
 """
 
 from __future__ import annotations

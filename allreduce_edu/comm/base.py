@@ -61,8 +61,8 @@ class Request:
 
 
 class InFlight(Request):
-    """A send on an in-flight link (model/links.py): its bytes have left, and the rank's courier posts
-    the message when it arrives; `wait()` returns once it is posted and on its way."""
+    """A send on an in-flight link (model/links.py): its bytes have left, and the rank's courier
+    posts the message when it arrives; `wait()` returns once it is posted and on its way."""
 
     def __init__(self, comm: Communicator, dst: int, tag: str, nbytes: int, step: int, chunk):
         super().__init__(comm, dst, tag, nbytes, step, chunk)
@@ -99,6 +99,8 @@ class Communicator(Comm):
     """
 
     transport = "local"  # what carries its messages (each Request may say otherwise)
+    engine = ""  # the engine under it ("mpi", "gloo"), whose own all-reduce is builtin_allreduce
+    builtin_allreduce = None  # that engine's all-reduce(x, op); None: no engine of its own
 
     def __init__(self, rank: int, world_size: int, timeout: float = 30.0):
         if not 0 <= rank < world_size:
@@ -187,11 +189,12 @@ class Communicator(Comm):
     # --- collectives ----------------------------------------------------------------------
     @contextlib.contextmanager
     def collective(self, name: str, *, algorithm: str = "", op: str = "", dtype="", shape=(),
-                   root: int = -1):
+                   root: int = -1, space: int = 0):
         """Mark the messages this thread sends and receives inside as one collective call, so ranks
         that disagree on it fail loudly; yields the call (comm.calls.CollectiveCall).
 
         Nested calls (ring all-reduce calling reduce-scatter) belong to the outermost collective.
+        `space` is the numbering a new call's id comes from: 0 the world's, a Group's its own.
         """
         call = self._calls.current()
         if call is not None:
@@ -206,7 +209,8 @@ class Communicator(Comm):
             progress.drain()
         call = self._calls.open(Signature(name, algorithm, op,
                                           np.dtype(dtype).name if dtype != "" else "",
-                                          tuple(int(s) for s in shape), root), self.timeout)
+                                          tuple(int(s) for s in shape), root), self.timeout,
+                                space)
         self._mailbox.discard_collectives_before(self._epoch, call.collective_id)
         try:
             yield call

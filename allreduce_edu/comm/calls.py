@@ -1,6 +1,9 @@
 """One collective call's state, owned by that call: its signature, its tag space (the collective
 id its messages carry) and how long each of its waits may take. Introduced in lessons/04.
 
+A group (comm.group) numbers its own calls in a space of its own: a collective that only some ranks
+call must not put the others' numbering out of step. A message carries `space << 32 | number`.
+
 A rank's threads each have their own current call: the communication thread's `iallreduce` and the
 main thread's point-to-point never share one (as MPI and torch.distributed allow). A thread outside
 any collective has none: its messages are plain ones (collective id 0, no signature).
@@ -11,7 +14,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from .mailbox import Signature
+from .mailbox import SPACE_BITS, Signature
 
 
 @dataclass
@@ -36,17 +39,18 @@ class Calls:
     def __init__(self):
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._last_id = 0
+        self._last: dict[int, int] = {}  # space -> the last number given in it
 
     def current(self) -> CollectiveCall | None:
         """The calling thread's collective, or None (plain point-to-point)."""
         return getattr(self._local, "call", None)
 
-    def open(self, signature: Signature, timeout: float) -> CollectiveCall:
-        """Start a new call on this thread (ranks number their calls alike: in the order issued)."""
+    def open(self, signature: Signature, timeout: float, space: int = 0) -> CollectiveCall:
+        """Start a new call on this thread (ranks number their calls alike: in the order issued,
+        each space on its own; 0 is the world's)."""
         with self._lock:
-            self._last_id += 1
-            call = CollectiveCall(signature, self._last_id, timeout)
+            self._last[space] = number = self._last.get(space, 0) + 1
+            call = CollectiveCall(signature, space << SPACE_BITS | number, timeout)
         self._local.call = call
         return call
 
@@ -56,5 +60,5 @@ class Calls:
     def reset(self) -> None:
         """A fresh run: numbering starts again (every thread's call is over)."""
         with self._lock:
-            self._last_id = 0
+            self._last.clear()
         self._local = threading.local()

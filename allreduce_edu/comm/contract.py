@@ -4,9 +4,11 @@ keeps (transports' Communicator, comm.group.Group, the checkers' Spy). Introduce
 An algorithm (allreduce_edu.collectives) reads `rank`, `world_size`, `ranks_per_node` and, to plan
 on them, the emulated `links` its messages cross (the double binary tree's order), moves
 arrays with `send`, `recv`, `isend` and `sendrecv`, may `barrier`, fills arrays from `send_buffer`,
-and marks its messages as one collective with `with comm.collective(...)`. Nothing else: not the
-trace, the timeout or the transport. A class that subclasses `Comm` and gives the first seven gets
-the last three as plain defaults (an empty array; a dissemination barrier; no signature checks).
+and marks its messages as one collective with `with comm.collective(...)`; a non-blocking
+collective hands itself to `comm.progress()`, the rank's communication thread. Nothing else: not
+the trace, the timeout or the transport. A class that subclasses `Comm` and gives the first seven
+gets the last four as plain defaults (an empty array; a dissemination barrier; no signature checks;
+no communication thread).
 
 Under a process transport's communicator, each peer is reached through a `Link` (gloo's
 `transport::Pair`): a gRPC stream (transports/grpc/link.py, PeerLink) or shared memory
@@ -66,10 +68,18 @@ class Comm(Protocol):
                 distance, step = distance * 2, step + 1
 
     def collective(self, name: str, *, algorithm: str = "", op: str = "", dtype="", shape=(),
-                   root: int = -1) -> contextlib.AbstractContextManager:
+                   root: int = -1, space: int = 0) -> contextlib.AbstractContextManager:
         """A context for the messages of one collective call (plain: none, so no checks; a
-        Communicator yields the call's own comm.calls.CollectiveCall)."""
+        Communicator yields the call's own comm.calls.CollectiveCall, numbered in `space`: 0 the
+        world's calls, a Group's its own)."""
         return contextlib.nullcontext()
+
+    def progress(self):
+        """The rank's communication thread (comm.progress.Progress), where non-blocking
+        collectives run in issue order (plain: none, so they cannot be issued)."""
+        raise NotImplementedError(f"{type(self).__name__} has no communication thread: "
+                                  "non-blocking collectives need a transport's Communicator "
+                                  "(or a Group of one)")
 
 
 @runtime_checkable

@@ -1,5 +1,5 @@
-"""The messages of in-flight links (model/links.py): their sender is free once the bytes have left its
-port, and a rank's courier thread posts each message when it arrives. Introduced in lessons/16.
+"""The messages of in-flight links (model/links.py): their sender is free once the bytes have left
+its port, and a rank's courier thread posts each message when it arrives. Introduced in lessons/16.
 
 Arrivals at one destination never go backwards (that destination's ingress port takes them one
 after another), but arrivals at different destinations can: a message to a busy rank may arrive

@@ -4,12 +4,14 @@ Lessons 05 and 09.
 MPI calls it `Comm_split`, torch.distributed `new_group`, NCCL `ncclCommSplit`: ranks renumbered
 0..len(ranks)-1, and every message tag prefixed with the group's name, so two groups that share
 ranks never take each other's messages. Inside a collective of the whole world (the hierarchical
-all-reduce's phases), any algorithm runs on a Group as on the world.
+all-reduce's phases), a group's collective is part of the world's call; on its own, it is a call of
+the group's, numbered in the group's own space (comm.calls), so the ranks outside the group stay in
+step. Its non-blocking collectives run on the rank's one communication thread, in issue order.
 """
 
 from __future__ import annotations
 
-import contextlib
+import zlib
 
 from .contract import Comm
 
@@ -27,6 +29,8 @@ class Group(Comm):
         self.rank, self.world_size = ranks.index(comm.rank), len(ranks)
         self.ranks_per_node: int | None = None  # a group is flat unless told otherwise
         self.links = comm.links  # its messages cross the parent's links
+        # its calls' numbering: the same on every member (from the name), never the world's 0
+        self.space = 1 + zlib.crc32(name.encode()) % (1 << 31)
 
     def __repr__(self) -> str:
         return f"Group({self.name!r}, ranks={self.ranks}, rank={self.rank})"
@@ -48,13 +52,11 @@ class Group(Comm):
         return self.parent.sendrecv(self.ranks[dst], array, self.ranks[src], f"{self.name}/{tag}",
                                     **kw)
 
-    @contextlib.contextmanager
-    def collective(self, *args, **kwargs):
-        """Part of the collective the whole world is in: only some ranks are in a group, so a
-        collective of the group alone would put the world's ranks out of step (a barrier too)."""
-        with self.parent.collective(*args, **kwargs) as call:
-            if call is not None and call.depth == 1:  # it opened a call of its own: refused
-                raise RuntimeError(f"rank {self.parent.rank}: a collective on {self!r} must run "
-                                   f"inside a collective of the whole world (as the hierarchical "
-                                   f"all-reduce's phases do)")
-            yield call
+    def collective(self, name: str, **kwargs):
+        """Inside a collective of the whole world, part of it; on its own, a call of the group's,
+        numbered in its own space (the ranks outside never count it)."""
+        return self.parent.collective(name, **{**kwargs, "space": self.space})
+
+    def progress(self):
+        """The rank's one communication thread: the group's requests queue with the world's."""
+        return self.parent.progress()

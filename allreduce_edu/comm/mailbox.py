@@ -13,6 +13,13 @@ import numpy as np
 
 from .errors import CollectiveError, CollectiveMismatch, CollectiveTimeout, RankFailure
 
+SPACE_BITS = 32  # a collective id is space << SPACE_BITS | its number in that space (comm.calls)
+
+
+def earlier_in_space(key_id: int, collective_id: int) -> bool:
+    """Whether collective `key_id` came before `collective_id` in the same numbering space."""
+    return 0 < key_id < collective_id and key_id >> SPACE_BITS == collective_id >> SPACE_BITS
+
 PUMP_SLICE = 0.05  # a pumping wait looks at aborts and failed peers this often
 
 
@@ -145,9 +152,11 @@ class Mailbox:
         """Drop leftovers of collectives this rank has finished or abandoned
         (plain messages stay)."""
         with self._cond:
-            for key in [k for k in self._queues if k[1] == epoch and 0 < k[2] < collective_id]:
+            for key in [k for k in self._queues
+                        if k[1] == epoch and earlier_in_space(k[2], collective_id)]:
                 del self._queues[key]
-            for key in [k for k in self._signatures if k[0] == epoch and 0 < k[1] < collective_id]:
+            for key in [k for k in self._signatures
+                        if k[0] == epoch and earlier_in_space(k[1], collective_id)]:
                 del self._signatures[key]
 
     def pending(self) -> int:

@@ -41,7 +41,7 @@ def ring_on_rank(comm, blob: bytes, sizes) -> list[dict]:
         except Exception as e:
             first_line = str(e).split("\n")[0]
             raise RingFailed(size, type(e).__name__, first_line, sorted(watch.used)) from e
-        builtin = getattr(comm, "builtin_allreduce", None)  # gRPC ranks: NumPy's sum is the oracle
+        builtin = comm.builtin_allreduce  # None on gRPC ranks: NumPy's sum is the oracle
         oracle = builtin(encoded_input(comm.rank, (size,))) if builtin else None
         agrees = np.array_equal(np.asarray(y), oracle) if builtin else None
         rows.append({"size": size, "result": describe_result(y, (size,), n), "agrees": agrees,

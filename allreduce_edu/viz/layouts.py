@@ -8,6 +8,7 @@ import math
 
 from ..collectives.double_binary_tree import trees
 from ..collectives.registry import describe
+from ..trace import Trace
 from .animation import StepAnimation
 
 TREE_COLOURS = ("#0072B2", "#E69F00")  # tree 1, tree 2 (Okabe-Ito blue and orange)
@@ -136,8 +137,8 @@ def _spread(row: list[int], widest: int) -> dict[int, float]:
 def animate(source, values=None, **kwargs) -> StepAnimation:
     """The right animation for a Cluster (its last run) or a Trace: the layout its algorithm's
     description gives."""
-    trace, world_size = ((source.trace, source.world_size) if hasattr(source, "world_size")
-                         else (source, None))
+    trace, world_size = ((source, None) if isinstance(source, Trace)
+                         else (source.trace, source.world_size))
     names = {e.collective for e in trace.events}
     name = kwargs.get("collective") or (names.pop() if len(names) == 1 else "")
     algorithm = describe(name)

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..collectives.registry import DESCRIPTIONS, describe, split_bounds
 from ..ops import OPS, check_op
+from ..trace import Trace
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ def replay(trace, world_size: int | None = None, chunks: int | None = None, *, v
     (chunks as the algorithm cuts them).
     collective: keep only the messages of this collective (needed when a trace holds several).
     """
-    events = _one_collective(list(trace.events if hasattr(trace, "events") else trace), collective)
+    events = _one_collective(list(trace.events if isinstance(trace, Trace) else trace), collective)
     if world_size is None:
         world_size = 1 + max((max(e.src, e.dst) for e in events), default=0)
     if chunks is None:

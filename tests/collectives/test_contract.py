@@ -19,7 +19,7 @@ from allreduce_edu.exercises.harness import Spy
 from allreduce_edu.runtime.transports import TRANSPORTS
 
 MEMBERS = ("rank", "world_size", "ranks_per_node", "links", "send", "isend", "recv", "sendrecv", "barrier",
-           "send_buffer", "collective")
+           "send_buffer", "collective", "progress")
 
 
 class _Sent:
@@ -109,6 +109,12 @@ def test_every_communicator_shaped_object_keeps_the_contract():
             assert all(hasattr(thing, m) for m in MEMBERS), thing
     finally:
         grpc.close(drain=0.1)
+
+
+def test_a_comm_without_a_communication_thread_says_so_when_asked_for_a_request():
+    toy = ToyComm.__new__(ToyComm)  # the contract's defaults only: no thread behind it
+    with pytest.raises(NotImplementedError, match="ToyComm has no communication thread"):
+        ae.iallreduce(toy, np.ones(2))
 
 
 def test_the_spy_refuses_what_an_exercise_does_not_allow_even_in_the_contract():

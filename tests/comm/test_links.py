@@ -197,17 +197,43 @@ def test_bench_on_a_2x2_topology_prints_the_model_beside_the_measured_rows(tmp_p
         assert rows[name]["model_us"] < rows[name]["time_us"] < 3 * rows[name]["model_us"]
 
 
-def test_a_group_collective_outside_a_world_collective_is_refused(transport):
+def test_a_group_of_some_ranks_runs_its_own_collectives_and_the_world_stays_in_step(transport):
     from allreduce_edu.comm.group import Group
 
-    def alone(comm):
-        group = Group(comm, [0, 1], "pair") if comm.rank < 2 else None
-        if group is not None:
-            ae.allreduce(group, np.ones(2))  # would put ranks 0, 1 out of step with 2, 3
+    def halves(comm):
+        half = Group(comm, [0, 1] if comm.rank < 2 else [2, 3], f"half{comm.rank // 2}")
+        summed = ae.allreduce(half, np.full(3, comm.rank + 1.0))  # each half on its own
+        request = ae.iallreduce(half, np.full(2, 10.0 * (comm.rank + 1)))  # on the rank's thread
+        # ranks 0 and 1 alone: ranks 2 and 3 never count this call, so the world's next one matches
+        alone = ae.allreduce(Group(comm, [0, 1], "first"), np.ones(1)) if comm.rank < 2 else None
+        world = ae.allreduce(comm, np.full(2, comm.rank + 1.0))
+        return summed, request.wait(), alone, world
 
-    with pytest.raises(RuntimeError, match="must run inside a collective of the whole world"):
-        cluster_for(transport, 4).run(alone)
-    cluster_for(transport, 4).run(lambda comm: ae.allreduce(comm, np.ones(2)))  # the world still works
+    results = cluster_for(transport, 4).run(halves)
+    for rank, (summed, waited, alone, world) in enumerate(results):
+        first = rank < 2
+        assert summed.tolist() == [3.0 if first else 7.0] * 3
+        assert waited.tolist() == [30.0 if first else 70.0] * 2
+        assert (alone.tolist() == [2.0]) if first else alone is None
+        assert world.tolist() == [10.0, 10.0]
+
+
+def test_groups_number_their_calls_in_spaces_of_their_own():
+    from allreduce_edu.comm.calls import Calls
+    from allreduce_edu.comm.group import Group
+    from allreduce_edu.comm.mailbox import Signature, earlier_in_space
+
+    class One:  # what a Group reads of its parent at construction
+        rank, world_size, links = 0, 2, None
+
+    a, b = Group(One(), [0, 1], "a"), Group(One(), [1, 0], "a")
+    assert a.space == b.space != 0 and Group(One(), [0, 1], "b").space != a.space
+    calls = Calls()
+    world = calls.open(Signature("allreduce"), 1.0).collective_id
+    grouped = calls.open(Signature("allreduce"), 1.0, space=a.space).collective_id
+    world_next = calls.open(Signature("allreduce"), 1.0).collective_id
+    assert (world, world_next) == (1, 2) and grouped != world  # the group's call took no world number
+    assert earlier_in_space(world, world_next) and not earlier_in_space(world, grouped)
 
 
 # --- one full-duplex port per rank (Links.flat), as the α-β model has it -------------------------

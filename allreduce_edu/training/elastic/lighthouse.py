@@ -108,8 +108,10 @@ class Lighthouse:
                                                               thread_name_prefix="lighthouse"),
                                    interceptors=[TokenInterceptor(self.token)],
                                    options=SERVER_OPTIONS)
+        serves = {"Heartbeat": self._serve_heartbeat, "Quorum": self._serve_quorum,
+                  "Connect": self._serve_connect, "Commit": self._serve_commit}
         handlers = {name: grpc.unary_unary_rpc_method_handler(
-            self._checked(name), decode, encode) for name in METHODS}
+            self._checked(name, serves[name]), decode, encode) for name in METHODS}
         self._server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(SERVICE,
                                                                                     handlers)])
         port = self._server.add_insecure_port(f"{host}:0")
@@ -134,9 +136,9 @@ class Lighthouse:
         self._server.stop(grace=0.2).wait(2)
         self._ticker.join(2)
 
-    def _checked(self, name: str):
-        """Call `name`'s handler, once its request keeps the contract (else INVALID_ARGUMENT)."""
-        serve = getattr(self, f"_serve_{name.lower()}")
+    def _checked(self, name: str, serve):
+        """Call `name`'s handler `serve`, once its request keeps the contract (else
+        INVALID_ARGUMENT)."""
 
         def handler(request, context):
             why = invalid(name, request)

@@ -6,10 +6,14 @@
     if manager.should_commit():        # every member voted ok: take the optimizer step
         params = sgd_step(params, grad, lr)
 
-A new quorum id means a new world: this replica's rank in it, a fresh GrpcCommunicator (its own
-port) connected to the members' fresh ones; the same quorum id keeps the communicator. A replica
-behind the quorum's max step receives an up-to-date member's state over send/recv (heal_plan
-says from whom), checks its digest once loaded, and contributes zeros to that step's all-reduce.
+A new quorum id means a new world: this replica's rank in it, a fresh communicator (its own port)
+connected to the members' fresh ones; the same quorum id keeps the communicator. As torchft's
+Manager is handed its ProcessGroup and reconfigures it, this one is handed how to make each world's
+communicator: `communicator(rank, world_size)` (default: a gRPC rank's, runtime/transports.py).
+
+A replica behind the quorum's max step receives an up-to-date member's state over send/recv
+(heal_plan says from whom), checks its digest once loaded, and contributes zeros to that step's
+all-reduce.
 Every error (a dead peer, a lost vote) is recorded; the step is then not committed, and the
 replica asks for a fresh world at the next quorum.
 """
@@ -18,14 +22,16 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 
 import numpy as np
 
 from ...collectives import allreduce
+from ...comm.base import Communicator
 from ...comm.errors import CollectiveError, CollectiveTimeout, RankFailure
-from ...comm.transports.grpc.communicator import GrpcCommunicator
+from ...runtime.transports import TRANSPORTS
 from .lighthouse import LighthouseClient
 from .quorum import heal_plan
 
@@ -47,18 +53,24 @@ class Manager:
     `state_dict()` returns the arrays to heal with (the parameters, the optimizer's state);
     `load_state_dict(arrays)` puts received ones in place. `algorithm` is a registered name or a
     learner's fn(comm, x) -> the sum over ranks. `timeout` bounds each wait for a peer (the
-    communicator's deadline); `quorum_timeout`, each wait for the Lighthouse.
+    communicator's deadline); `quorum_timeout`, each wait for the Lighthouse. `communicator(rank,
+    world_size)` makes each new world's communicator, listening on a port of its own (`address`)
+    until `connect(addresses, timeout)`.
     """
 
     def __init__(self, replica_id: str, lighthouse: str, token: str, state_dict, load_state_dict,
                  *, step: int = 0, algorithm="ring", timeout: float = 2.0,
                  quorum_timeout: float = 10.0, heartbeat_interval: float = 0.1,
-                 host: str = "127.0.0.1"):
+                 host: str = "127.0.0.1",
+                 communicator: Callable[[int, int], Communicator] | None = None):
         self.replica_id, self.step, self.algorithm = replica_id, step, algorithm
         self.timeout, self.quorum_timeout, self.host = timeout, quorum_timeout, host
-        self._token, self._state, self._load = token, state_dict, load_state_dict
+        self._state, self._load = state_dict, load_state_dict
         self._client = LighthouseClient(lighthouse, token, replica_id)
-        self.comm: GrpcCommunicator | None = None
+        self._new_comm = communicator or (
+            lambda rank, world_size: TRANSPORTS["grpc"].communicator(
+                rank, world_size, token=token, host=host, timeout=timeout))
+        self.comm: Communicator | None = None
         self.quorum_id: int | None = None  # this step's quorum (None until it is known)
         self._world: int | None = None  # the quorum id self.comm was built for
         self._round = 0  # which start_quorum the background call serves
@@ -178,8 +190,7 @@ class Manager:
         old, self.comm, self._world = self.comm, None, None
         if old is not None:
             old.close(drain=0.1)
-        comm = GrpcCommunicator(rank, world_size, token=self._token, host=self.host,
-                                timeout=self.timeout)
+        comm = self._new_comm(rank, world_size)
         self.ports.append(int(comm.address.rpartition(":")[2]))
         try:
             reply = self._client.call("Connect", self.quorum_timeout, quorum_id=quorum_id,

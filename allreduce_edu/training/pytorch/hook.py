@@ -24,6 +24,7 @@ import torch
 
 from ...collectives import ALGORITHMS, CollectiveRequest, allreduce
 from ...collectives.nonblocking import progress_of
+from ...comm.base import Communicator
 from ..compress import PowerSGD
 
 
@@ -41,7 +42,7 @@ class HookState:
         self.buckets: list[tuple[int, int]] = []  # (bucket index, bytes), in the order reduced
         self.requests: list[CollectiveRequest] = []  # the last backward's (for their times)
         # how long a bucket may take, queue included, before DDP is told it failed
-        self.deadline = 4 * getattr(comm, "timeout", 30.0)
+        self.deadline = 4 * (comm.timeout if isinstance(comm, Communicator) else 30.0)
 
     def __repr__(self) -> str:
         return (f"HookState(rank {self.comm.rank}, {self.name}, "

@@ -44,6 +44,7 @@ class Rank:
         n, r = comm.world_size, comm.rank
         self.shapes = [W.shape for W in params[::2]]
         self.ledger = Ledger()
+        self._gathered = None  # zero3: the one unit of parameters gathered for now
         padded = [np.pad(u, (0, -len(u) % n)) for u in units(params)]
         self.shard = [len(u) // n for u in padded]
         mine = [u[r * s:(r + 1) * s] for u, s in zip(padded, self.shard, strict=True)]
@@ -77,7 +78,7 @@ class Rank:
         return split_unit(unit.astype(np.float32), self.shapes[index])
 
     def _drop_gathered(self) -> None:
-        if getattr(self, "_gathered", None) is not None:
+        if self._gathered is not None:
             self.ledger.free("params", self._gathered)
             self._gathered = None
 
