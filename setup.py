@@ -27,6 +27,7 @@ setup(
     + ["allreduce_edu.lessons", "allreduce_edu.examples"],
     package_dir={"allreduce_edu.lessons": "lessons", "allreduce_edu.examples": "examples"},
     package_data={"allreduce_edu.lessons": ["[0-9][0-9]_*.ipynb", "nbval_sanitize.cfg"],
-                  "allreduce_edu.viz": ["*.js", "*.css"]},  # the widgets' browser code
+                  "allreduce_edu.viz": ["*.js", "*.css"],  # the widgets' browser code
+                  "allreduce_edu.exercises": ["*.toml"]},  # the exercises' texts
     cmdclass={"build_py": BuildWithProto},
 )

@@ -52,12 +52,3 @@ def failed(message: str) -> Feedback:
 def not_attempted(message: str) -> Feedback:
     return Feedback(False, f"not attempted yet: {message}", "not attempted")
 
-
-def multiple_choice(choice, hints: dict[str, str], right: str, success: str) -> Feedback:
-    """A multiple-choice answer: `right` passes with `success`; every other letter fails with its
-    own hint."""
-    choice = str(choice).strip().lower()
-    if choice not in hints:
-        letters = [repr(letter) for letter in sorted(hints)]
-        return failed(f"answer with {', '.join(letters[:-1])} or {letters[-1]}.")
-    return passed(success) if choice == right else failed(hints[choice])

@@ -17,39 +17,9 @@ from .harness import ranks_text, result_problem, run_learner
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - the notebook's
 from .spec import MIB, Blank, Slip, choice, number
 
-NAIVE_SOLUTION = """def my_naive_allreduce(comm, x):
-    if comm.rank != 0:
-        comm.send(0, x, tag="reduce")              # 1. everyone sends x to the root ...
-        return comm.recv(0, tag="broadcast")       # 4. ... and gets the sum back
-    total = x.copy()                               # 2. the root starts from its own x (a copy)
-    for src in range(1, comm.world_size):
-        total += comm.recv(src, tag="reduce")      #    and adds the others' in rank order
-    for dst in range(1, comm.world_size):
-        comm.send(dst, total, tag="broadcast")     # 3. then sends the sum to every other rank
-    return total"""
 
-
-@exercise(
-    "02.1", "write reduce-to-root + broadcast", kind="code", function="my_naive_allreduce",
-    library=("collectives.naive:allreduce_naive",),
-    solution=NAIVE_SOLUTION,
-    explanation="""x.copy() matters: `total = x` would make total another name for the root's x, and
-+= would write the others' data into the caller's array.""",
-    hints=("Look at the picture: every buffer flows into one rank, the root (rank 0), and the "
-           "sum flows back out from it. Your rank tells you which of the two roles you play.",
-           "Two halves. Reduce: each other rank sends its x to the root once, and the root "
-           "receives from ranks 1 to N − 1 in turn and adds. Broadcast: the root sends the sum "
-           "to each of them. One tag per half keeps the two kinds of message apart.",
-           "The root adds into a copy of its own x, never into x itself: the caller's array must "
-           "stay as it was. The other ranks return the sum they receive, not their own x.",
-           'The key idea: all the data meets in one place. The root adds the N − 1 other buffers '
-           'into its copy, then sends that one sum to each of the N − 1 others, who return what '
-           "they receive; every message is a whole buffer, through the root's one link."),
-    key="""from allreduce_edu.exercises.lesson02 import check_naive_allreduce, hint, solution
-
-""" + NAIVE_SOLUTION + """
-
-check_naive_allreduce(my_naive_allreduce)""")
+@exercise("02.1", kind="code", function="my_naive_allreduce",
+          library=("collectives.naive:allreduce_naive",))
 def check_naive_allreduce(fn, world_sizes=(3, 4), shapes=((10,), (100_003,)),
                           timeout: float = 15.0, transport: str = "grpc") -> Feedback:
     """Exercise 02.1: `fn(comm, x)` = reduce to rank 0 + broadcast from it, with send/recv, on gRPC.
@@ -151,72 +121,22 @@ def _naive_problem(reports, trace, n: int, shape) -> str | None:
     return None
 
 
-check_root_bytes = number(
-    "02.2", "count the root's bytes", module=__name__, checker="check_root_bytes",
-    question="With N = 12 ranks and S = 2 MiB per rank, how many bytes does the root send, and "
-             "how many does it receive, in one naive all-reduce?",
-    blanks=(Blank("my_root_sent", "bytes the root sends: a number, or an expression",
-                  "(12 - 1) * (2 << 20)"),
-            Blank("my_root_received", "bytes the root receives", "(12 - 1) * (2 << 20)")),
-    inputs={"world_size": 12, "nbytes": 2 << 20}, unit="bytes", exact=True,
-    answer=lambda d: {"root_sent": (d.world_size - 1) * d.nbytes,
+number("02.2", module=__name__,
+       blanks=(Blank("my_root_sent", key="(12 - 1) * (2 << 20)"),
+               Blank("my_root_received", key="(12 - 1) * (2 << 20)")),
+       inputs={"world_size": 12, "nbytes": 2 << 20}, unit="bytes", exact=True,
+       answer=lambda d: {"root_sent": (d.world_size - 1) * d.nbytes,
                       "root_received": (d.world_size - 1) * d.nbytes},
-    slips=lambda d: [
-        Slip((d.world_size - 1) * d.nbytes / MIB, "that looks like MiB: answer in bytes, e.g. "
-             "3 * 1048576."),
-        Slip(d.world_size - 1, "that is the number of messages: each carries a whole buffer, "
-             f"S = {d.nbytes} bytes. Answer in bytes."),
-        Slip(d.world_size * d.nbytes, "that is N·S: the root does not send to or receive from "
-             "itself — count N − 1 peers."),
-        Slip(d.nbytes, "that is S, what each of the other ranks moves. The root talks to all "
-             "N − 1 of them."),
-        Slip(2 * (d.world_size - 1) * d.nbytes, "that is 2(N − 1)·S, the root's traffic in both "
-             "directions together; give each direction on its own."),
-        Slip((d.world_size - 1) * MIB, "that is (N − 1) × 1 MiB, the S of the table above; here "
-             f"each buffer is S = {d.nbytes / MIB:g} MiB = {d.nbytes} bytes."),
+       slips=lambda d: [
+        Slip((d.world_size - 1) * d.nbytes / MIB, "looks-like-mib"),
+        Slip(d.world_size - 1, "number-messages-each"),
+        Slip(d.world_size * d.nbytes, "n-root-does"),
+        Slip(d.nbytes, "each-other-ranks"),
+        Slip(2 * (d.world_size - 1) * d.nbytes, "2-n-1"),
+        Slip((d.world_size - 1) * MIB, "n-1-1", values={"mib": d.nbytes / MIB}),
     ],
-    otherwise="how many other ranks does the root hear from (and answer), and how many bytes is "
-              "each message?",
-    success=lambda d: f"the root receives and sends (N−1)·S = {d.world_size - 1} × {d.nbytes} = "
-                      f"{(d.world_size - 1) * d.nbytes} bytes each way "
-                      f"({(d.world_size - 1) * d.nbytes / MIB:g} MiB); every other rank moves "
-                      f"S = {d.nbytes / MIB:g} MiB each way.",
-    hints=("Count the root's messages first: in the reduce half it hears from every other rank, in "
-           "the broadcast half it answers each of them. How many other ranks are there with "
-           "N = 12?",
-           "Every message carries one whole buffer of S = 2 MiB = 2 << 20 bytes, and the root "
-           "never sends to itself. Answer in bytes, each direction on its own."),
-    solution="""The root receives one buffer of S bytes from each of the N - 1 other ranks,
-and sends the sum back to each of them:
-    sent = received = (N - 1) * S = 11 * 2097152 = 23068672 bytes   (22 MiB each way)
-Every other rank sends S = 2 MiB and receives S.""")
+       values=lambda d: {"others": d.world_size - 1, "root_bytes": (d.world_size - 1) * d.nbytes,
+                         "root_mib": (d.world_size - 1) * d.nbytes / MIB, "mib": d.nbytes / MIB})
 
 
-check_bottleneck_answer = choice(
-    "02.3", "two roots instead of one", module=__name__, checker="check_bottleneck_answer",
-    question="A variant of the naive all-reduce on 8 ranks uses two roots: every rank sends the "
-             "first half of its buffer to rank 0 and the second half to rank 1, and each root "
-             "reduces and broadcasts its half. For large S, compared with one root it takes",
-    options={
-        "a": "about the same time: the 8 ranks still send 8·S bytes in all, as before.",
-        "b": "about twice as long: the two roots must also swap halves, 7 more sends.",
-        "c": "about half the time: a root's link carries 3.5·S each way, not 7·S.",
-        "d": "about as long as the ring: no link carries more than 1.75·S each way.",
-    },
-    right="c",
-    slips={
-        "a": "the total bytes do not set the time; the busiest link does. How many bytes cross "
-             "rank 0's link now, compared with one root?",
-        "b": "a root sends its other half to the other root like any rank does, S/2 bytes; that "
-             "adds one message, not a second round. Count the bytes on rank 0's link.",
-        "d": "1.75·S, 2(N − 1)/N·S at N = 8, is the ring's busiest link; a root still hears "
-             "from all 7 others, (N − 1)·S/2 = 3.5·S each way. Better, not gone.",
-    },
-    why="the time is set by the busiest link, and each root now receives and sends (N − 1) "
-        "halves instead of (N − 1) whole buffers. Split the root k ways and it falls k-fold; with "
-        "k = N roots, each reducing 1/N of the buffer, you have reduce-scatter + all-gather — "
-        "the idea the ring builds on.",
-    hints=("What sets the naive all-reduce's time: the total bytes, or the bytes on the busiest "
-           "link?",
-           "Count what rank 0 receives and sends now: a half-buffer from each of the N − 1 "
-           "others, and a half-buffer back to each."))
+choice("02.3", module=__name__)

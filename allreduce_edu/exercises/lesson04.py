@@ -16,18 +16,6 @@ from .harness import run_on_ranks, with_own_input
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 from .spec import Blank, Slip, choice, number
 
-TREE_SOLUTION = """def my_tree_reduce(comm, x):
-    acc = np.array(x, copy=True)
-    distance = 1
-    while distance < comm.world_size:
-        if comm.rank & distance:                     # bit s set: send my partial to rank - 2^s
-            comm.send(comm.rank - distance, acc, "reduce")
-            return None
-        if comm.rank + distance < comm.world_size:   # else add rank + 2^s's partial, if it exists
-            acc += comm.recv(comm.rank + distance, "reduce")
-        distance *= 2
-    return acc                                       # only rank 0 gets here"""
-
 
 def _inputs(world_size: int, length: int) -> list[np.ndarray]:
     """Rank r contributes 2^r · (1, 2, 3, 4, 5, 1, ...): element 0 of a sum names its ranks."""
@@ -58,28 +46,7 @@ def _why_failed(e: Exception) -> str:
     return ""
 
 
-@exercise(
-    "04.1", "write a binomial-tree reduce", kind="code", function="my_tree_reduce",
-    library=("collectives.tree:reduce_tree",),
-    solution=TREE_SOLUTION,
-    hints=("Look at the tree picture: at every step half of the ranks still holding data hand "
-           "their partial sum to a partner and drop out, until only rank 0 is left. Each rank "
-           "keeps a running partial sum, starting from a copy of its x.",
-           "Step s pairs ranks that are 2^s apart: a distance of 1, then 2, then 4, and so on "
-           "while it is below the world size. At each step one bit of a rank's number decides "
-           "whether it sends or receives.",
-           "A rank whose bit for this distance is set sends its partial to the rank that far "
-           "below it, and is then done. The others receive from the rank that far above them, "
-           "when that rank exists, and add it in.",
-           'The key idea: every step halves the ranks still holding data. A rank that stays '
-           "receives its partner's partial, distance above it, and adds it in — but only when that"
-           ' partner exists (the world need not be a power of two); after the last step rank 0 '
-           'holds the sum.'),
-    key="""from allreduce_edu.exercises.lesson04 import check_tree_reduce, hint, solution
-
-""" + TREE_SOLUTION + """
-
-check_tree_reduce(my_tree_reduce)""")
+@exercise("04.1", kind="code", function="my_tree_reduce", library=("collectives.tree:reduce_tree",))
 def check_tree_reduce(fn, worlds=((3, 7), (4, 1), (5, 100_003))) -> Feedback:
     """Exercise 04.1: `fn(comm, x)` sums x to rank 0 along a binomial tree; on real gRPC ranks."""
     for world_size, length in worlds:
@@ -171,34 +138,18 @@ def count_steps(algorithm: str, world_size: int) -> int:
     return sum(trace_of(algorithm, world_size, count=world_size).steps().values())
 
 
-check_step_prediction = number(
-    "04.2", "predict the steps on 13 ranks", module=__name__, checker="check_step_prediction",
-    question="On 13 ranks, how many steps in all (every phase counted, as "
-             "`sum(trace.steps().values())`) does a tree all-reduce take? And recursive doubling?",
-    blanks=(Blank("my_tree", "steps of a tree all-reduce on 13 ranks, all phases", "8",
-                  keyword="tree"),
-            Blank("my_recursive_doubling", "steps of a recursive-doubling all-reduce on 13 ranks",
-                  "5", keyword="recursive_doubling")),
-    inputs={"world_size": 13}, unit="steps", exact=True,
-    answer=lambda d: {"tree": count_steps("tree", d.world_size),
+number("04.2", module=__name__,
+       blanks=(Blank("my_tree", key="8", keyword="tree"),
+               Blank("my_recursive_doubling", key="5", keyword="recursive_doubling")),
+       inputs={"world_size": 13}, unit="steps", exact=True,
+       answer=lambda d: {"tree": count_steps("tree", d.world_size),
                       "recursive_doubling": count_steps("recursive_doubling", d.world_size)},
-    slips=lambda d: _step_slips(d.world_size),
-    otherwise=lambda d, name, got: (
+       slips=lambda d: _step_slips(d.world_size),
+       otherwise=lambda d, name, got: (
         "the tree needs ⌈log2 N⌉ steps per phase, and it has two phases (reduce, broadcast)."
         if name == "tree" else "count fold (1) + exchanges among p ranks, the largest power of "
                                "two below N (log2 p), + unfold (1)."),
-    success=lambda d: _steps_success(d.world_size),
-    hints=("Count phases first, then steps per phase. The tree's reduce and broadcast each take "
-           "one step per level of the tree, ⌈log2 N⌉ — round up: 13 ranks need the depth of a "
-           "16-rank tree.",
-           "Recursive doubling has one exchange phase, but only on a power of two: p = 8 of the "
-           "13 ranks exchange for log2 8 steps, the 5 extra ranks fold into partners before (a "
-           "step) and get the result back after (a step)."),
-    solution="""Tree: reduce then broadcast, ⌈log2 13⌉ = 4 steps each: 8 steps in all.
-Recursive doubling: 13 is not a power of two, so the 13 - 8 = 5 extra ranks fold into partners
-first (1 step), the 8 left exchange for log2 8 = 3 steps, and the result is unfolded back (1 step):
-5 steps. Check: cluster.trace.steps() after allreduce(..., algorithm=...) on a
-Cluster(13, transport="local").""")
+       success=lambda d: _steps_success(d.world_size))
 
 
 def _step_slips(n: int) -> list:
@@ -233,32 +184,7 @@ def _steps_success(n: int) -> str:
             f"{2 * (n - 1)}.")
 
 
-check_crossover_answer = choice(
-    "04.3", "the tree/ring crossover on 1024 ranks", module=__name__,
-    checker="check_crossover_answer",
-    question="On 8 ranks of a real cluster (a link per rank) the tree beats the ring below a few "
-             "hundred KB. On 1024 ranks of the same network, the size where they cross is",
-    options={
-        "a": "much larger: the ring's steps grow like N, the tree's like log2 N.",
-        "b": "the same: the crossover is set by α/β, and the network is the same.",
-        "c": "much smaller: on 1024 ranks the ring's chunks are tiny and cheap.",
-        "d": "gone: above about 1000 ranks the tree wins at every size.",
-    },
-    right="a",
-    slips={
-        "b": "α/β sets the scale, but N sets the factor in front: the ring pays 2(N − 1)·α, the "
-             "tree 2·log2 N·α. Write both times at N = 1024.",
-        "c": "the ring's chunks shrink, but it then needs 2(N − 1) = 2046 steps, each paying α. "
-             "Which algorithm's latency grows faster with N?",
-        "d": "the tree still moves the whole buffer S in every one of its 2·log2 N steps, the "
-             "ring about 2·S in all. For large enough S the ring still wins.",
-    },
-    why="setting 2·log2 N·(α + S·β) equal to 2(N − 1)·α + 2(N − 1)/N·S·β gives a crossover of "
-        "about α/β·(N − 1 − log2 N)/(log2 N − 1): about 60× larger at N = 1024 than at N = 8. On "
-        "big worlds latency rules a wide range of sizes — why NCCL and MPI switch to trees there.",
-    hints=("Write both times as α-terms plus β-terms: how does each grow with N?",
-           "The ring's α-term is 2(N − 1)·α, the tree's 2·log2 N·α; its β-term 2·log2 N·S·β, the "
-           "ring's about 2·S·β. Which gap widens as N grows?"))
+choice("04.3", module=__name__)
 
 
 def bytes_per_step(trace) -> dict[tuple[str, int], int]:

@@ -13,33 +13,12 @@ import numpy as np
 from ..bench import combine, measure
 from ..model.costmodel import crossover, predict  # noqa: F401 - lesson 10 imports crossover from here
 from .feedback import Feedback, failed, not_attempted, passed
-from .lesson05_questions import check_tree_time  # noqa: F401 - the notebook imports it here
 from .registry import exercise, hint, is_stub, learner_or_reference, solution  # noqa: F401 - notebook
-from .spec import choice
+from .spec import Blank, Slip, choice, number
 
 #: the algorithms lesson 05 chooses among (lesson 04's four)
 CANDIDATES = ("ring", "tree", "recursive_doubling", "rabenseifner")
 
-CHOOSE_SOLUTION = """def my_time(algorithm, world_size, nbytes, alpha, beta):
-    N, S = world_size, float(nbytes)
-    levels = (N - 1).bit_length()             # ⌈log2 N⌉
-    p = 1 << (N.bit_length() - 1)             # the largest power of two ≤ N
-    k = p.bit_length() - 1                    # log2 p
-    fold = 0 if p == N else 2 * (alpha + S * beta)
-    if algorithm == "ring":
-        return 2 * (N - 1) * alpha + 2 * (N - 1) / N * S * beta
-    if algorithm == "tree":
-        return 2 * levels * (alpha + S * beta)
-    if algorithm == "recursive_doubling":
-        return k * (alpha + S * beta) + fold
-    if algorithm == "rabenseifner":
-        return 2 * k * alpha + 2 * (p - 1) / p * S * beta + fold
-    raise ValueError(f"no formula for {algorithm!r}")
-
-
-def choose(nbytes, world_size, alpha, beta):
-    return min(["ring", "tree", "recursive_doubling", "rabenseifner"],
-               key=lambda algorithm: my_time(algorithm, world_size, nbytes, alpha, beta))"""
 
 #: the sizes (bytes) at which check_choose compares your formulas with the model's, N = 2 … 512
 FORMULA_SIZES = (8, 777_777, 1 << 30)
@@ -131,31 +110,11 @@ def _check_formulas(my_time) -> Feedback | None:
     return None
 
 
-@exercise(
-    "05.1", "write the model's formulas, choose by them", kind="code", function="choose",
-    library=("model.costmodel:naive", "model.costmodel:ring", "model.costmodel:tree",
+@exercise("05.1", kind="code", function="choose",
+          library=("model.costmodel:naive", "model.costmodel:ring", "model.costmodel:tree",
              "model.costmodel:recursive_doubling", "model.costmodel:rabenseifner",
              "model.tuner:tune"),
-    solution=CHOOSE_SOLUTION,
-    hints=("Translate the lesson's table row by row: each time is the steps times α plus the "
-           "bytes along the way times β, with N the world size and S the bytes (γ left out). "
-           "The checker names the first term of the first row that is off.",
-           "You need two integers from N: the tree's depth ⌈log2 N⌉ (rounded up), and p, the "
-           "largest power of two not above N, with its log2. An int's bit_length gives both "
-           "without floating point.",
-           "Recursive doubling and Rabenseifner run on p ranks; when N is not a power of two the "
-           "extra ranks fold in before and unfold after, two more steps that each move the whole "
-           "buffer. choose prices all four names with your my_time and keeps the cheapest.",
-           'The key idea: every algorithm is a straight line in S, its intercept the steps times '
-           'α and its slope the bytes along the way times β; a rank count that is not a power of '
-           'two costs the recursive ones a whole buffer in and out. Choosing is then picking the '
-           "lowest of four prices, as NCCL's tuner does with its own model."),
-    todo="write the bodies of my_time and choose in place of `...`, then run this cell again.",
-    key="""from allreduce_edu.exercises.lesson05 import check_choose, hint, solution
-
-""" + CHOOSE_SOLUTION + """
-
-check_choose(choose, my_time)""")
+          args=('my_time',))
 def check_choose(choose, my_time=None) -> Feedback:
     """Exercise 05.1: my_time(algorithm, world_size, nbytes, alpha, beta) is the model's formula
     for every N = 2 … 512, and choose(nbytes, world_size, alpha, beta) names the fastest."""
@@ -195,32 +154,7 @@ def check_choose(choose, my_time=None) -> Feedback:
                   "emulated link.")
 
 
-check_float_order_answer = choice(
-    "05.3", "ring and tree on integers", module=__name__, checker="check_float_order_answer",
-    question="Ring and tree all-reduce the same float32 inputs and disagree in the last bits. "
-             "Run them instead on int32 token counts (no sum overflows). The two results",
-    options={
-        "a": "differ in the last bits: as in float32, (a + b) + c and a + (b + c) round apart.",
-        "b": "agree only on 2, 4, 8, … ranks: on 6 ranks the tree's grouping is lopsided.",
-        "c": "differ on some CPUs: vector units add the int32 lanes in their own order.",
-        "d": "agree bit for bit: below 2^31 every int32 sum is exact, in any order.",
-    },
-    right="d",
-    slips={
-        "a": "rounding happens only when a result has more digits than its type can hold: float "
-             "addition rounds, integer addition (without overflow) is exact.",
-        "b": "an unbalanced tree groups the additions differently, but for integers grouping "
-             "does not matter: (a + b) + c = a + (b + c) exactly, on any number of ranks.",
-        "c": "the order of integer additions cannot change their sum: every CPU, vector unit or "
-             "not, gives the one exact answer (two's complement); only floating point rounds.",
-    },
-    why="the float results differ because float addition rounds after every step, so it is not "
-        "associative and the ring and the tree group the additions differently. Integer addition "
-        "is exact and associative: any algorithm, any N, the same bits. Deterministic float "
-        "reductions need a fixed order instead (NCCL_ALGO pinned, or fixed-point sums).",
-    hints=("Why do float32 results depend on the order of the additions at all?",
-           "Does integer addition ever round? Then can the grouping of the additions change the "
-           "sum?"))
+choice("05.3", module=__name__)
 
 
 def measured_crossover(rows, a: str = "tree", b: str = "ring") -> tuple[int | None, int] | None:
@@ -252,3 +186,67 @@ def line_crossover(rows, a: str = "tree", b: str = "ring") -> float | None:
         return None
     size = (start_b - start_a) / (slope_a - slope_b)
     return float(size) if size > 0 else None
+
+
+#: 05.2's cluster: the ring timed on 16 ranks at two sizes (seconds); the tree asked at 1 MiB
+RING_TIMES = {8: 300e-6, 64 << 20: 6.59e-3}
+
+
+def _fit_ring(d) -> tuple[float, float]:
+    """(α, β) that put the ring's formula on d.world_size ranks through both measured times."""
+    (s1, t1), (s2, t2) = sorted(d.ring_times.items())
+    n = d.world_size
+    steps, share = 2 * (n - 1), 2 * (n - 1) / n
+    beta = (t2 - t1) / (share * (s2 - s1))
+    return (t1 - share * s1 * beta) / steps, beta
+
+
+def _tree_us(d, alpha: float, beta: float, phases: int = 2) -> float:
+    return phases * (d.world_size - 1).bit_length() * (alpha + d.nbytes * beta) * 1e6
+
+
+def _tree_answer(d) -> float:
+    return _tree_us(d, *_fit_ring(d))
+
+
+def _tree_slips(d) -> list[Slip]:
+    alpha, beta = _fit_ring(d)
+    (s1, t1), (s2, t2) = sorted(d.ring_times.items())
+    want, share = _tree_answer(d), 2 * (d.world_size - 1) / d.world_size
+    return [
+        Slip(want / 1e6, "that looks like seconds: the checker wants µs."),
+        Slip(want / 1e3, "that looks like milliseconds: the checker wants µs."),
+        Slip(_tree_us(d, alpha, beta, phases=1), "the tree has two phases, reduce and broadcast: "
+             "2·⌈log2 N⌉ steps, each moving the whole buffer."),
+        Slip(2 * want, "the ring takes 2(N − 1) steps (N − 1 per phase) and moves 2(N − 1)/N·S "
+             "along the way: with N − 1 you get α and β twice too large."),
+        Slip(_tree_us(d, 0.0, beta), "every tree step also pays its α: 8 steps of α + S·β."),
+        Slip(_tree_us(d, alpha, 0.0), "every tree step moves the whole MiB: add S·β to each α."),
+        Slip(predict("ring", d.world_size, d.nbytes, alpha, beta) * 1e6,
+             "that is the ring's time for 1 MiB on these ranks; the question asks the tree's."),
+        Slip(_tree_us(d, alpha, t2 / (share * s2)), "the 64 MiB time holds the ring's 2(N − 1) "
+             "latencies too: take them off before you divide by the bytes."),
+        Slip(_tree_us(d, alpha, (t2 - t1) / (2 * s2)), "the ring moves 2(N − 1)/N·S along the "
+             "way, not 2·S: divide by 1.875·S on 16 ranks."),
+    ]
+
+
+number("05.2", module=__name__,
+       setup="MiB = 1 << 20\n"
+             "ring_8B, ring_64MiB = 300e-6, 6.59e-3   # seconds, the ring on 16 ranks",
+       blanks=(Blank("my_tree_us", key="8 * (ring_8B / 30 + MiB * (ring_64MiB - ring_8B) "
+                                       "/ (1.875 * 64 * MiB)) * 1e6"),),
+       inputs={"world_size": 16, "ring_times": RING_TIMES, "nbytes": 1 << 20}, unit="µs",
+       answer=_tree_answer, slips=_tree_slips,
+       otherwise=lambda d, name, got: (
+        f"off by a factor {got / _tree_answer(d):.2f}: first solve the ring's two times for α and "
+        f"β (each is 2(N − 1)·α + 2(N − 1)/N·S·β), then price the tree, 2⌈log2 N⌉·(α + S·β)."),
+       success=lambda d: _tree_success(d))
+
+
+def _tree_success(d) -> str:
+    alpha, beta = _fit_ring(d)
+    return (f"{_tree_answer(d):,.0f} µs: the ring's two times give α = {alpha * 1e6:.1f} µs and "
+            f"1/β = {1 / beta / 1e9:.1f} GB/s, and the tree pays "
+            f"{2 * (d.world_size - 1).bit_length()} steps of α + S·β. Fit on one "
+            f"algorithm, predict another: what the fitted column did.")

@@ -17,18 +17,6 @@ from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 from .spec import REQUIRED, Blank, Slip, choice, number
 
-VARIANCE_SOLUTION = """def my_variance(row):
-    mean = row.sum(dtype=np.float64) / len(row)                          # pass 1: the mean
-    return float(((row - mean) ** 2).sum(dtype=np.float64) / len(row))   # pass 2: distances²"""
-
-WELFORD_SOLUTION = """def my_variance(row):
-    mean, m2 = 0.0, 0.0
-    for k, v in enumerate(row, start=1):
-        d = v - mean
-        mean += d / k
-        m2 += d * (v - mean)
-    return m2 / len(row)"""
-
 
 def variance_rows() -> list[tuple[str, np.ndarray]]:
     """The checker's rows: (description, row); deterministic."""
@@ -120,62 +108,25 @@ def _variance_problem(what: str, row: np.ndarray, got: float) -> str | None:
             f"Subtract the mean first (two passes), or use Welford's update.")
 
 
-@exercise(
-    "06.1", "a stable variance", kind="code", function="my_variance",
-    library=("kernels.cpu:_sum_norm_rows", "kernels.reference:layernorm_reference"),
-    solution=VARIANCE_SOLUTION,
-    explanation="""Two passes: first the mean, then the mean of the squared distances from it. The
-distances are small, so nothing large cancels. Or Welford's one pass (the running mean and the
-running sum of squared distances, updated per element):
-""" + WELFORD_SOLUTION,
-    hints=('E[x²] − E[x]² subtracts two huge, nearly equal numbers when the row has a large mean. '
-           'Find the mean first, then work only with the distances from it.',
-           'Two passes: the mean (accumulated in float64), then the mean of the squared distances '
-           'from it. Divide by n = len(row), not n − 1, and return one number.',
-           'The key idea: never square the big values themselves. Subtract the mean before '
-           'squaring, so every number you add is small and the rounding error stays small too '
-           "(Welford's update does the same in one pass)."),
-    key="""from allreduce_edu.exercises.lesson06 import check_variance, hint, solution
-
-""" + VARIANCE_SOLUTION + """
-
-check_variance(my_variance)""")
+@exercise("06.1", kind="code", function="my_variance",
+          library=("kernels.cpu:_sum_norm_rows", "kernels.reference:layernorm_reference"))
 def check_variance(fn) -> Feedback:
     """Exercise 06.1: `fn(row)` -> the population variance of a 1-D row, even with an offset."""
     return try_variance(fn)
 
 
-check_ceiling = number(
-    "06.2", "predict LayerNorm's least time", module=__name__, checker="check_ceiling",
-    verb="predict the ceiling",
-    question="Using `copy_gbps`, the copy's bandwidth measured above, what is the least time (in "
-             "seconds) LayerNorm of an (8192, 4096) array can take when it reads x in float16 "
-             "(2 bytes an element) and writes y in float32 (4 bytes), as mixed-precision "
-             "training does?",
-    blanks=(Blank("my_seconds", "the least time in seconds: your reasoning, with copy_gbps "
-                  "(GB/s)", "8192 * 4096 * (2 + 4) / (copy_gbps * 1e9)"),),
-    inputs={"copy_gbps": REQUIRED, "rows": 8192, "hidden": 4096, "read_bytes": 2,
+number("06.2", module=__name__, verb="predict the ceiling",
+       blanks=(Blank("my_seconds", key="8192 * 4096 * (2 + 4) / (copy_gbps * 1e9)"),),
+       inputs={"copy_gbps": REQUIRED, "rows": 8192, "hidden": 4096, "read_bytes": 2,
             "write_bytes": 4},
-    call="copy_gbps", unit="seconds",
-    answer=lambda d: _ceiling(d),
-    slips=lambda d: [Slip(_ceiling(d) * factor, why) for factor, why in _ceiling_slips(d)],
-    otherwise=lambda d, name, got: (
+       call="copy_gbps", unit="seconds", answer=lambda d: _ceiling(d),
+       slips=lambda d: [Slip(_ceiling(d) * factor, why) for factor, why in _ceiling_slips(d)],
+       otherwise=lambda d, name, got: (
         f"you are off by a factor {got / _ceiling(d):.2f}: count the bytes LayerNorm must move at "
         f"least (each element read once, at 2 bytes, and written once, at 4) and divide by the "
         f"copy's bytes per second."),
-    success=lambda d: (
-        f"{_ceiling(d) * 1e3:.2f} ms: read x once (2 bytes an element) and write y once (4), "
-        f"{d.rows * d.hidden * (d.read_bytes + d.write_bytes):,} bytes at {d.copy_gbps:.1f} GB/s. "
-        f"No LayerNorm can beat that, so its GB/s (bytes read + written / time) is at most the "
-        f"copy's."),
-    hints=("LayerNorm must read every element of x at least once and write every element of y "
-           "once. How many bytes is that, when x is float16 and y float32?",
-           "At best those bytes move as fast as the copy moved its own: seconds = bytes / "
-           "(copy_gbps * 1e9), since GB/s is 10^9 bytes per second."),
-    solution="""LayerNorm must read x once and write y once: rows · hidden · (2 + 4) bytes, x in
-float16 and y in float32. At best it moves them as fast as a copy does:
-    seconds = 8192 * 4096 * (2 + 4) / (copy_gbps * 1e9)
-(201 MB; at 20 GB/s that is 10.1 ms). So the kernel's GB/s can at best equal the copy's.""")
+       values=lambda d: {"ms": _ceiling(d) * 1e3,
+                         "moved": d.rows * d.hidden * (d.read_bytes + d.write_bytes)})
 
 
 def _ceiling(d) -> float:
@@ -200,31 +151,7 @@ def _ceiling_slips(d) -> list[tuple[float, str]]:
     ]
 
 
-check_nogil_answer = choice(
-    "06.3", "a kernel that holds the GIL", module=__name__, checker="check_nogil_answer",
-    question="A rank runs a 50 ms Numba kernel compiled without nogil=True while a 4 MiB message "
-             "arrives for it. The machine has 8 idle cores. The message is handed to the mailbox",
-    options={
-        "a": "once the kernel returns: the hand-off is Python and needs the GIL.",
-        "b": "at once: gRPC's threads are C++ and never need the GIL at all.",
-        "c": "at once: with 8 idle cores each Python thread gets a core of its own.",
-        "d": "never: a message that arrives while the GIL is held is dropped.",
-    },
-    right="a",
-    slips={
-        "b": "gRPC's C++ core receives the bytes without the GIL, but handing each frame to the "
-             "rank's mailbox runs Python code — and that needs the GIL.",
-        "c": "cores do not help Python threads: only the thread holding the GIL runs Python, "
-             "whatever the number of cores. The kernel holds it until it returns.",
-        "d": "nothing is lost: the frame waits in gRPC's buffers until a Python thread can take "
-             "it. It is late, not gone.",
-    },
-    why="compiled code holds the GIL unless it is told to release it. The gRPC thread that hands "
-        "the frame to the mailbox runs Python, so it waits 50 ms however many cores are idle; "
-        "with nogil=True the kernel lets go of the GIL and the hand-off runs beside it.",
-    hints=("Which part of receiving a message in this package runs Python code?",
-           "How many threads can run Python code at once, whatever the number of cores, and who "
-           "holds the GIL while the kernel runs?"))
+choice("06.3", module=__name__)
 
 
 def median_seconds(call, repeat: int = 5) -> float:

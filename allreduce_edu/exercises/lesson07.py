@@ -19,39 +19,10 @@ from .harness import explain_error, run_on_ranks
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 from .spec import Blank, Slip, choice, number
 
-FUSED_SOLUTION = """def my_fused(comm, x):
-    pieces = np.array_split(x.copy(), comm.world_size, axis=0)   # whole rows; rank r owns piece r
 
-    def add_and_normalise(acc, incoming):   # the last reduce-scatter step: add AND normalise
-        return kernels.add_layernorm(acc, incoming, out=acc)
-
-    reduce_scatter_ring(comm, pieces, "sum", last=add_and_normalise)
-    # all-gather the normalised rows: every rank ends with all of them
-    return np.concatenate(all_gather_ring(comm, pieces), axis=0)"""
-
-
-@exercise(
-    "07.1", "fuse LayerNorm into the ring all-reduce", kind="code", function="my_fused",
-    library=("collectives.fused:_fused",),
-    solution=FUSED_SOLUTION,
-    needs={"kernels": kernels, "reduce_scatter_ring": reduce_scatter_ring,
-           "all_gather_ring": all_gather_ring},
-    explanation="""The sum and the norm are one pass over each rank's 1/N of the rows, and the bytes
-are a ring all-reduce's. (A world of one rank has no ring steps, so `last` never runs: there, call
-kernels.layernorm(x) instead.)""",
-    hints=('Cut a copy of x by rows, one piece per rank: np.array_split(x.copy(), comm.world_size,'
-           ' axis=0). LayerNorm works on whole rows, so a row must never be split between ranks.',
-           'reduce_scatter_ring(comm, pieces, "sum", last=...) runs the ring\'s reduce-scatter on '
-           'your pieces and calls last(acc, incoming) in place of its final addition; '
-           'kernels.add_layernorm adds and normalises at once.',
-           'The key idea: normalise a row where its sum is finished, and only there. The last '
-           'reduce step adds and normalises in one pass; the all-gather then spreads normalised '
-           'rows, so no rank normalises a row twice.'),
-    key="""from allreduce_edu.exercises.lesson07 import check_fused, hint, solution
-
-""" + FUSED_SOLUTION + """
-
-check_fused(my_fused)""")
+@exercise("07.1", kind="code", function="my_fused", library=("collectives.fused:_fused",),
+          needs={"kernels": kernels, "reduce_scatter_ring": reduce_scatter_ring,
+           "all_gather_ring": all_gather_ring})
 def check_fused(fn, world_sizes=(3, 4), shapes=((10, 16), (2, 8), (13, 24)), timeout: float = 20.0,
                 transport: str = "grpc") -> Feedback:
     """Exercise 07.1: `fn(comm, x)` = LayerNorm(sum over ranks of x) on every rank, fused into a
@@ -86,30 +57,14 @@ def check_fused(fn, world_sizes=(3, 4), shapes=((10, 16), (2, 8), (13, 24)), tim
                   f"in all = 2(N−1)·S, as a ring all-reduce does.")
 
 
-check_root_bytes = number(
-    "07.2", "predict the root's bytes", module=__name__, checker="check_root_bytes",
-    question="In the root variant on N = 12 ranks, with S = 1 MiB of activations per rank, how "
-             "many bytes does **rank 0** send?",
-    blanks=(Blank("my_bytes", "bytes rank 0 sends in the root variant: a number or an "
-                  "expression", "4 * (1 << 20)"),),
-    inputs={"world_size": 12, "nbytes": 1 << 20}, unit="bytes", exact=True,
-    answer=lambda d: (d.world_size - 1).bit_length() * d.nbytes,
-    slips=lambda d: _root_slips(d.world_size, d.nbytes),
-    otherwise=lambda d, name, got: (
+number("07.2", module=__name__, blanks=(Blank("my_bytes", key="4 * (1 << 20)"),),
+       inputs={"world_size": 12, "nbytes": 1 << 20}, unit="bytes", exact=True,
+       answer=lambda d: (d.world_size - 1).bit_length() * d.nbytes,
+       slips=lambda d: _root_slips(d.world_size, d.nbytes),
+       otherwise=lambda d, name, got: (
         f"the broadcast from rank 0 takes ⌈log2 N⌉ = {(d.world_size - 1).bit_length()} steps, "
         f"and in the reduce rank 0 only receives. How many bytes does rank 0 send per step?"),
-    success=lambda d: _root_success(d.world_size, d.nbytes),
-    hints=("Rank 0 is the root of the tree reduce, where it only receives. Count what it sends in "
-           "the broadcast.",
-           "A binomial broadcast doubles the number of ranks that hold the data every step: "
-           "⌈log2 N⌉ steps (round up: 12 is not a power of 2), and in each one rank 0 sends the "
-           "whole normalised tensor, S bytes."),
-    solution="""In the root variant rank 0 sends nothing in the reduce (it only receives) and, in
-the binomial broadcast, sends the whole normalised tensor once per step to a new rank: ⌈log2 N⌉
-steps. The ranks holding the tensor go 1 → 2 → 4 → 8 → 12: the last step reaches only 4 new ranks,
-but it is a step.
-    N = 12: ⌈log2 12⌉ · S = 4 · 1048576 = 4194304 bytes   (4 MiB)
-Compare the ring (fused or unfused): 2(N-1)/N · S ≈ 1.83 MiB per rank.""")
+       success=lambda d: _root_success(d.world_size, d.nbytes))
 
 
 def _root_slips(n: int, s: int) -> list:
@@ -149,32 +104,4 @@ def _root_success(n: int, s: int) -> str:
             f"instead of {2 * steps}.")
 
 
-check_fusion_answer = choice(
-    "07.3", "The fused ring with fewer rows than ranks", module=__name__,
-    checker="check_fusion_answer",
-    question="A decode step of a tensor-parallel layer runs the fused ring on (4, 4096) "
-             "activations: 4 rows, on N = 8 ranks. How is the LayerNorm work spread over the "
-             "ranks?",
-    options={
-        "a": "every rank normalises half a row: 1/8 of the work each, as always.",
-        "b": "four ranks normalise one row each, four none: 1/4 at most.",
-        "c": "rank 0 normalises all four: too few rows to scatter, it acts as root.",
-        "d": "every rank normalises all four: below N rows it runs as unfused.",
-    },
-    right="b",
-    slips={
-        "a": "a row's mean and variance need all of its hidden values on one rank: the fused ring "
-             "cuts the activations by whole rows, never inside a row.",
-        "c": "no rank is special in the fused ring: a chunk is finished, and normalised, by the "
-             "rank that owns it. How does np.array_split cut 4 rows into 8 chunks?",
-        "d": "nothing falls back: the ring runs as always, and a rank whose chunk holds no rows "
-             "has nothing to normalise.",
-    },
-    why="the fused ring reduce-scatters whole rows: np.array_split cuts 4 rows into four chunks "
-        "of one row and four empty ones, so four ranks normalise one row each and four none. The "
-        "busiest rank does 1/4 of the norm, not 1/8: with fewer rows than ranks the saving stops "
-        "at one row per rank, as in the decode steps of tensor-parallel inference.",
-    hints=("LayerNorm needs a row's whole sum before it can normalise it. Can two ranks share a "
-           "row?",
-           "The fused ring splits the activations with np.array_split along the rows. What does "
-           "that give for 4 rows and 8 chunks?"))
+choice("07.3", module=__name__)

@@ -22,26 +22,6 @@ from .harness import run_on_ranks
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 from .spec import Blank, Slip, choice, number
 
-AVERAGE_SOLUTION = """def average_gradients(comm, grads, bucket_bytes=700):
-    # 1. the bucket assignment: consecutive tensors while they fit; a bigger one goes alone
-    buckets, size = [], 0
-    for i, g in enumerate(grads):
-        if not buckets or size + g.nbytes > bucket_bytes:
-            buckets.append([])
-            size = 0
-        buckets[-1].append(i)
-        size += g.nbytes
-    # 2. one sum all-reduce per bucket (its tensors flattened end to end), then one division
-    out = [None] * len(grads)
-    for group in buckets:
-        flat = np.concatenate([grads[i].ravel() for i in group])
-        summed = allreduce_edu.allreduce(comm, flat, op="sum") / comm.world_size
-        # 3. cut the bucket back into the gradients' shapes
-        ends = np.cumsum([grads[i].size for i in group])[:-1]
-        for i, piece in zip(group, np.split(summed, ends)):
-            out[i] = piece.reshape(grads[i].shape)
-    return out"""
-
 # the checker's world: 3 ranks (odd), tensors of 480, 80, 800, 80, 160, 16 bytes (one < world_size
 # elements); the scaffold's 700-byte cap makes 3 buckets: [W0 b0], [W1] alone, [b1 W2 b2]
 _SIZES, _WORLD, _BATCH, _STEPS, _LR, _CAP = (6, 10, 10, 2), 3, 48, 4, 0.2, 700
@@ -93,24 +73,10 @@ def _raised_hint(e: BaseException) -> str:
             ".run(average_gradients, [np.ones(3), np.ones((2, 2))]).")
 
 
-@exercise(
-    "08.1", "average the gradients over the ranks", kind="code",
-    library=("training.data_parallel:bucket_layout", "training.data_parallel:bucket",
+@exercise("08.1", kind="code",
+          library=("training.data_parallel:bucket_layout", "training.data_parallel:bucket",
              "training.data_parallel:unbucket", "training.data_parallel:allreduce_gradients"),
-    function="average_gradients", solution=AVERAGE_SOLUTION,
-    explanation="Walk the tensors in order, open a bucket when the next would overflow the cap; "
-                "one all-reduce per bucket, divided by world_size, cut back into shapes.",
-    hints=('Three parts: decide which tensors share a bucket (a list of lists of indices), '
-           'all-reduce each bucket once, cut each bucket back into the gradients\' shapes. Start '
-           'with the first: walk the tensors in order and keep a running byte count (g.nbytes).',
-           'A bucket is one flat array: np.concatenate of its tensors\' g.ravel(). '
-           'allreduce_edu.allreduce(comm, flat, op="sum") returns a new array; divide it by '
-           'comm.world_size and slice it back, g.size elements per tensor, .reshape(g.shape).',
-           'The key idea: a new bucket starts when there is none yet or when adding the next '
-           'tensor would push the current one past bucket_bytes, so a tensor bigger than the cap '
-           'ends up alone; every rank walks the same tensors, so all make the same all-reduces.'),
-    key="from allreduce_edu.exercises.lesson08 import check_average_gradients, hint, solution\n\n"
-        + AVERAGE_SOLUTION + "\n\ncheck_average_gradients(average_gradients)")
+          function="average_gradients")
 def check_average_gradients(fn) -> Feedback:
     """Exercise 08.1: `fn(comm, grads)` returns every gradient averaged over the ranks, one
     all-reduce per bucket of at most 700 bytes; a few SGD steps on 3 gRPC ranks."""
@@ -214,35 +180,19 @@ def messages_per_step(tensors: int, world_size: int, bucket_bytes: int | None) -
         return cluster.trace.messages_sent().get(0, 0)
 
 
-check_message_prediction = number(
-    "08.2", "count the messages, per tensor and bucketed", module=__name__,
-    checker="check_message_prediction",
-    question="A model has 10 gradient tensors and trains on N = 8 ranks with ring all-reduce. How "
-             "many messages does rank 0 send per step (a) with one all-reduce per tensor, (b) "
-             "with all ten in one bucket? The checker also counts them in a real trace.",
-    blanks=(Blank("my_per_tensor", "messages rank 0 sends per step, one all-reduce per tensor",
-                  "10 * 2 * (8 - 1)"),
-            Blank("my_one_bucket", "messages rank 0 sends per step, all ten tensors in one "
-                  "bucket", "2 * (8 - 1)")),
-    inputs={"tensors": 10, "world_size": 8}, call="tensors=10, world_size=8", unit="messages",
-    exact=True,
-    answer=lambda d: {"per_tensor": d.tensors * 2 * (d.world_size - 1),
+number("08.2", module=__name__,
+       blanks=(Blank("my_per_tensor", key="10 * 2 * (8 - 1)"),
+               Blank("my_one_bucket", key="2 * (8 - 1)")),
+       inputs={"tensors": 10, "world_size": 8}, call="tensors=10, world_size=8", unit="messages",
+       exact=True,
+       answer=lambda d: {"per_tensor": d.tensors * 2 * (d.world_size - 1),
                       "one_bucket": 2 * (d.world_size - 1)},
-    slips=lambda d: _message_slips(d.tensors, d.world_size),
-    otherwise=lambda d, name, got: (
+       slips=lambda d: _message_slips(d.tensors, d.world_size),
+       otherwise=lambda d, name, got: (
         f"count the messages of one ring all-reduce on {d.world_size} ranks (lesson 03), then "
         f"multiply by the {d.tensors} tensors." if name == "per_tensor" else
         f"a bucket is one ring all-reduce on {d.world_size} ranks."),
-    success=lambda d: _message_success(d.tensors, d.world_size),
-    hints=("Count one ring all-reduce first (lesson 03): N − 1 reduce-scatter steps and N − 1 "
-           "all-gather steps, and in every step every rank sends one message.",
-           "One all-reduce per tensor is 10 all-reduces every step; one bucket is a single "
-           "all-reduce, whatever it holds."),
-    solution="""A ring all-reduce is N-1 reduce-scatter steps and N-1 all-gather steps; in every
-step every rank sends one message. So one all-reduce costs each rank 2(N-1) messages, whatever its
-size.
-Per tensor: tensors · 2(N-1) = 10 · 2 · 7 = 140 messages per step from rank 0.
-One bucket: one all-reduce, 2(N-1) = 14 messages per step.""")
+       success=lambda d: _message_success(d.tensors, d.world_size))
 
 
 def _message_slips(t: int, n: int) -> list:
@@ -270,31 +220,4 @@ def _message_success(t: int, n: int) -> str:
             f"{counted[0]} and {counted[1]}. Bucketing divides the α cost by {t}.")
 
 
-check_bucketing_answer = choice(
-    "08.3", "bucketing on a lower-latency network", module=__name__,
-    checker="check_bucketing_answer",
-    question="You move the same MLP and the same buckets to a network whose α is ten times "
-             "smaller, with the same β. Compared with before, bucketing its small tensors saves",
-    options={
-        "a": "more time: buckets send big messages, and big messages gain the most.",
-        "b": "less time: the 2(N − 1)·α it saves per tensor is ten times smaller.",
-        "c": "the same time: it saves the same number of messages as before.",
-        "d": "no time at all: with a small α every small tensor is bandwidth-bound.",
-    },
-    right="b",
-    slips={
-        "a": "a bucket sends the same bytes the separate tensors would; its gain is the α of the "
-             "all-reduces it avoids. What happened to α?",
-        "c": "the count of saved messages is the same, but what is each one worth now? A "
-             "message's fixed cost is α.",
-        "d": "smaller α moves the point where bytes take over, α/β, down tenfold; tensors below "
-             "the new α/β are still latency-bound, and bucketing still helps them.",
-    },
-    why="bucketing k tensors into one all-reduce saves (k − 1) all-reduces' fixed cost, "
-        "2(N − 1)·α each, and sends the same bytes. Cut α tenfold and the saving falls tenfold: "
-        "the faster the network's latency, the bigger a tensor must be before bucketing stops "
-        "mattering — lower, not higher.",
-    hints=("Bucketing changes how many all-reduces run, not how many bytes they send. What does "
-           "each all-reduce cost apart from its bytes?",
-           "The saving is (number of all-reduces avoided) × 2(N − 1)·α. What happens to it when "
-           "α is ten times smaller?"))
+choice("08.3", module=__name__)

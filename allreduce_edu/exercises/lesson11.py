@@ -12,18 +12,11 @@ import numpy as np
 from ..collectives import all_gather, reduce_scatter
 from ..runtime import Cluster, ship
 from ..training.sharded.adam import adam
+from ..training.sharded.memory import zero_formula
 from .feedback import Feedback, failed, passed
 from .harness import RankError, run_on_ranks
-from .lesson11_questions import check_zero2_bytes, check_zero3_traffic  # noqa: F401
 from .registry import exercise, hint, solution  # noqa: F401 - notebook
-
-ZERO1_SOLUTION = """def my_zero1_step(comm, weights, grad, m, v, step, lr):
-    n, r = comm.world_size, comm.rank
-    size = len(weights) // n                        # one shard: len(m) == len(v) == size
-    g = reduce_scatter(comm, grad)                  # shard r of the sum over all ranks
-    mine = weights[r * size:(r + 1) * size].copy()  # this rank's shard of the weights
-    adam(mine, g, m, v, step, lr)                   # in place: mine, m and v change
-    return all_gather(comm, mine)                   # every rank's shard, in rank order"""
+from .spec import Blank, Slip, number
 
 
 def _zero1_on_rank(comm, blob: bytes, start, grads, lr: float) -> dict:
@@ -144,28 +137,11 @@ def _traffic_problem(sent: dict, length: int, n: int, rank: int, step: int) -> s
     return says + f"Its bytes by collective: {sent}."
 
 
-@exercise(
-    "11.1", "write ZeRO-1's step", kind="code", function="my_zero1_step",
-    library=("training.sharded.zero:Rank.train_step",),
-    solution=ZERO1_SOLUTION,
-    needs={"reduce_scatter": reduce_scatter, "all_gather": all_gather, "adam": adam},
-    explanation="""Data parallel's all-reduce cut in its two halves, Adam in between: the same
-bytes, 2(N−1)/N·S per rank, and 1/N of the optimizer state on each rank.""",
-    hints=("Three collectives' worth of work: reduce_scatter(comm, grad) gives this rank shard r "
-           'of the gradient summed over all ranks (pieces of len(weights) // N, in rank order).',
-           "This rank's shard of the weights is weights[r * size:(r + 1) * size] with size = "
-           'len(weights) // comm.world_size. Copy it, then adam(shard, g, m, v, step, lr): it '
-           'updates shard, m and v in place and returns None.',
-           'The key idea: each rank updates only its own shard, with its own shard of the '
-           'optimiser state, then the ranks all-gather the updated shards — in rank order, that is'
-           ' the new full weights on every rank.'),
-    key="""from allreduce_edu import all_gather, reduce_scatter
-from allreduce_edu.exercises.lesson11 import check_zero1_step, hint, solution
-from allreduce_edu.training.sharded.adam import adam
-
-""" + ZERO1_SOLUTION + """
-
-check_zero1_step(my_zero1_step)""")
+@exercise("11.1", kind="code", function="my_zero1_step",
+          library=("training.sharded.zero:Rank.train_step",),
+          needs={"reduce_scatter": reduce_scatter, "all_gather": all_gather, "adam": adam},
+          before=('from allreduce_edu import all_gather, reduce_scatter',),
+          after=('from allreduce_edu.training.sharded.adam import adam',))
 def check_zero1_step(fn, world_size: int = 4, length: int = 80, steps: int = 3, lr: float = 1e-2,
                      timeout: float = 20.0, transport: str = "grpc") -> Feedback:
     """Exercise 11.1: `fn(comm, weights, grad, m, v, step, lr)` is one ZeRO-1 step (Adam)."""
@@ -205,3 +181,74 @@ def check_zero1_step(fn, world_size: int = 4, length: int = 80, steps: int = 3, 
                   f"all-reduce + Adam on the full weights, with m and v for {size} of the {length} "
                   f"weights per rank. Rank 0 sent {2 * u} bytes per step: reduce-scatter {u} + "
                   f"all-gather {u} = 2(N−1)/N·S, an all-reduce's bytes.")
+
+
+number("11.2", module=__name__,
+       setup="psi, N, K = 1.5e9, 8, 12   # parameters, ranks, Adam's bytes per parameter (mixed)",
+       blanks=(Blank("my_bytes", key="2 * psi + (2 + K) * psi / N"),),
+       inputs={"psi": 1.5e9, "world_size": 8}, call="psi, N", unit="bytes",
+       answer=lambda d: sum(zero_formula("zero2", d.psi, d.world_size, "mixed").values()),
+       slips=lambda d: _zero2_slips(d.psi, d.world_size),
+       otherwise=lambda d, name, got: (
+        f"off by ×{got / sum(zero_formula('zero2', d.psi, d.world_size, 'mixed').values()):.3g}. "
+        f"Add the three parts one by one: parameters, gradients, optimizer states "
+        f"(hint(\"11.2\"))."),
+       success=lambda d: _zero2_success(d.psi, d.world_size))
+
+
+def _gb(x: float) -> str:
+    return f"{x / 1e9:.4g} GB"
+
+
+def _zero2_slips(psi: float, n: int) -> list:
+    return [Slip(sum(zero_formula("zero2", psi, n, "mixed").values()) / 1e9,
+                 "that looks like GB: answer in bytes."),
+            Slip(4 * psi + 12 * psi / n, "the gradients are not divided by N: 4Ψ + KΨ/N is "
+                 "ZeRO-1, which shards only the optimizer states. ZeRO-2 keeps only its 1/N of "
+                 "the gradients too."),
+            Slip(4 * psi + 16 * psi / n, "you counted 4-byte parameters and gradients: in mixed "
+                 "precision they are fp16, 2 bytes each; the fp32 copy of the weights is one of "
+                 "the K = 12 bytes."),
+            Slip(16 * psi, "that is data parallel's (2 + 2 + K)Ψ, nothing sharded. ZeRO-2 shards "
+                 "the gradients and the optimizer states."),
+            Slip(16 * psi / n, "that is ZeRO-3's (2 + 2 + K)Ψ/N. ZeRO-2 still keeps every "
+                 "parameter on every rank: 2Ψ bytes of fp16."),
+            Slip(14 * psi / n, "you left out the parameters: ZeRO-2 keeps all of them on every "
+                 "rank."),
+            Slip(2 * psi + 2 * psi / n + 12 * psi, "the optimizer states are sharded too (stage "
+                 "1; stage 2 adds the gradients): KΨ/N."),
+            Slip(2 * psi + 10 * psi / n, "K = 8 counts m and v alone; mixed precision adds the "
+                 "fp32 master weights: K = 12.")]
+
+
+def _zero2_success(psi: float, n: int) -> str:
+    want = sum(zero_formula("zero2", psi, n, "mixed").values())
+    return (f"{want:,.0f} bytes = 2Ψ + (2 + K)Ψ/N, {_gb(want)}: all the fp16 parameters "
+            f"({_gb(2 * psi)}), 1/{n} of the gradients and of Adam's state. Data parallel holds "
+            f"{_gb(16 * psi)}, ZeRO-1 {_gb(4 * psi + 12 * psi / n)}, ZeRO-3 "
+            f"{_gb(16 * psi / n)}.")
+
+
+number("11.3", module=__name__,
+       setup="psi, N, b = 1.5e9, 8, 2   # parameters, ranks, bytes per element on the wire (fp16)",
+       blanks=(Blank("my_bytes", key="3 * (N - 1) / N * psi * b"),),
+       inputs={"psi": 1.5e9, "world_size": 8, "itemsize": 2}, call="psi, N, b", unit="bytes",
+       answer=lambda d: 3 * _one_collective(d),
+       slips=lambda d: [
+        Slip(3 * _one_collective(d) / 1e9, "looks-like-gb"),
+        Slip(2 * _one_collective(d), "data-parallel-2"),
+        Slip(4 * _one_collective(d), "one-collective-too"),
+        Slip(3 * d.psi * d.itemsize, "each-ring-collective"),
+        Slip(3 * _one_collective(d) / d.itemsize, "counts-elements-multiply"),
+        Slip(_one_collective(d), "one-collective-bytes"),
+        Slip(3 * _one_collective(d) * 4 / d.itemsize, "parameters-and-gradients"),
+    ],
+       otherwise=lambda d, name, got: (
+        f"off by ×{got / (3 * _one_collective(d)):.3g}. List one step's collectives and what each "
+        f"one covers (hint(\"11.3\"))."),
+       values=lambda d: {"zero3": 3 * _one_collective(d), "ddp": 2 * _one_collective(d)})
+
+
+def _one_collective(d) -> float:
+    """Bytes one rank sends in one ring collective over the whole model."""
+    return (d.world_size - 1) / d.world_size * d.psi * d.itemsize

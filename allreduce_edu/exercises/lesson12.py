@@ -119,11 +119,6 @@ NETWORKS = (
      [200 << 20] + [50 << 20] * 24, [20 * MS] + [6 * MS] * 24, 10e-6, 1 / 25e9, 64),
 )
 
-CHOOSE_SOLUTION = """def choose_bucket(layer_bytes, backward_seconds, alpha, beta, world_size):
-    n = len(layer_bytes)   # only sums of consecutive layers give different buckets
-    sizes = {sum(layer_bytes[i:j]) for i in range(n) for j in range(i + 1, n + 1)}
-    return min(sizes, key=lambda size: predict_exposed(backward_seconds, layer_bytes, size,
-                                                       world_size, alpha, beta))"""
 
 
 def _sizes(layer_bytes) -> set[int]:
@@ -131,27 +126,10 @@ def _sizes(layer_bytes) -> set[int]:
     return {sum(layer_bytes[i:j]) for i in range(n) for j in range(i + 1, n + 1)}
 
 
-@exercise(
-    "12.1", "choose the bucket size by the model", kind="code", function="choose_bucket",
-    library=(),
-    solution=CHOOSE_SOLUTION, needs={"predict_exposed": predict_exposed},
-    hints=('No rule of thumb needed: predict_exposed(backward_seconds, layer_bytes, bucket_bytes, '
-           'world_size, alpha, beta) prices any bucket size. Try several and keep the one that '
-           'leaves the least exposed.',
-           'Which sizes? A bucket closes once it holds at least bucket_bytes, so only sums of '
-           'consecutive layers give different buckets: from the smallest layer (one bucket per '
-           'layer) to sum(layer_bytes) (one bucket). Powers of two in between come close.',
-           'The key idea: small buckets start early but pay α many times; big buckets pay α once '
-           'but start late. Price each candidate size with the model and return the one that '
-           'leaves the least communication exposed after backward.'),
-    key="""from allreduce_edu.exercises.lesson12 import check_choose_bucket, hint, solution
-from allreduce_edu.training.sharded.overlap import predict_exposed
-
-
-""" + CHOOSE_SOLUTION + """
-
-
-check_choose_bucket(choose_bucket)""")
+@exercise("12.1", kind="code", function="choose_bucket", library=(),
+          needs={"predict_exposed": predict_exposed},
+          after=('from allreduce_edu.training.sharded.overlap import predict_exposed',),
+          gaps=(2, 2))
 def check_choose_bucket(choose_bucket) -> Feedback:
     """Exercise 12.1: choose_bucket(...) leaves within 10% of the model's least exposed time."""
     for network in NETWORKS:
@@ -196,33 +174,17 @@ def _bucket_problem(choose_bucket, name, layer_bytes, backward, alpha, beta, n) 
 
 
 # --- 12.2 ------------------------------------------------------------------------------------
-check_no_overlap = number(
-    "12.2", "predict the exposed time without overlap", module=__name__,
-    checker="check_no_overlap",
-    question="With one bucket per layer and **no overlap**, how many seconds of communication "
-             "does one step leave exposed on this link? `layer_bytes`, `alpha`, `beta` and `N` "
-             "are set in the cell below.",
-    blanks=(Blank("my_exposed", "seconds: a number, or an expression of layer_bytes, alpha, "
-                  "beta, N", "sum(2 * (N - 1) * alpha + 2 * (N - 1) / N * s * beta "
+number("12.2", module=__name__,
+       blanks=(Blank("my_exposed", key="sum(2 * (N - 1) * alpha + 2 * (N - 1) / N * s * beta "
                              "for s in layer_bytes)"),),
-    inputs={"layer_bytes": tuple(MLP_LAYER_BYTES), "alpha": 2e-3, "beta": 1 / 200e6,
+       inputs={"layer_bytes": tuple(MLP_LAYER_BYTES), "alpha": 2e-3, "beta": 1 / 200e6,
             "world_size": 4},
-    call="layer_bytes, alpha, beta, N", unit="seconds",
-    answer=lambda d: _exposed(d),
-    slips=lambda d: _exposed_slips(d),
-    otherwise=lambda d, name, got: (
+       call="layer_bytes, alpha, beta, N", unit="seconds", answer=lambda d: _exposed(d),
+       slips=lambda d: _exposed_slips(d),
+       otherwise=lambda d, name, got: (
         f"off by ×{got / _exposed(d):.3g}: add up 2(N − 1)·α + 2(N − 1)/N·S·β over the layers "
         f"(hint(\"12.2\"))."),
-    success=lambda d: _exposed_success(d),
-    hints=("Without overlap the buckets start after backward has ended, one after another, so "
-           "nothing hides: the exposed time is the sum of the buckets' all-reduce times.",
-           "Each layer is its own bucket here; a ring all-reduce of S bytes takes "
-           "2(N − 1)·α + 2(N − 1)/N·S·β (lesson 03). Sum that over layer_bytes."),
-    solution="""The sum of the five buckets' ring all-reduce times, since none starts before
-backward ends:
-    Σ over layers of  2(N − 1)·α + 2(N − 1)/N·S_layer·β
-  = 5 · 6 · 2 ms  +  1.5 · 1,728,576 B / 200 MB/s  =  60 ms + 12.96 ms  ≈  73.0 ms
-predict_exposed(backward, layer_bytes, None, N, alpha, beta, overlap=False) gives the same.""")
+       success=lambda d: _exposed_success(d))
 
 
 def _exposed(d) -> float:
@@ -254,30 +216,4 @@ def _exposed_success(d) -> str:
 
 
 # --- 12.3 ------------------------------------------------------------------------------------
-check_overlap_answer = choice(
-    "12.3", "overlap over gRPC on a 16-core machine", module=__name__,
-    checker="check_overlap_answer",
-    question="Over gRPC on this 2-core machine, overlap hid exposed time but hardly shortened the "
-             "step. Run the same 4 ranks and buckets on a machine with 16 idle cores. Overlap now",
-    options={
-        "a": "shortens the step more: gRPC's CPU work runs on cores backward does not use.",
-        "b": "still hardly helps: overlap can hide waiting on a link, never CPU work.",
-        "c": "still hardly helps: the bytes are the same, and overlap cannot cut bytes.",
-        "d": "makes the step longer: more cores mean more threads fighting for the links.",
-    },
-    right="a",
-    slips={
-        "b": "CPU work overlaps with other CPU work when there are cores to run both. On 2 cores "
-             "there were none to spare; on 16 there are.",
-        "c": "overlap never cuts bytes; it runs the communication while backward computes, so "
-             "the step is shorter when both can proceed at once. Can they on 16 cores?",
-        "d": "loopback gRPC is bound by the CPU that copies and frames the bytes, not by a link; "
-             "more cores give that work room.",
-    },
-    why="behind the emulated link a rank mostly waits, and backward fills the wait. Over gRPC "
-        "the communication is CPU work; on 2 cores it takes its turns with backward, so it only "
-        "moves. With spare cores both run at once and the hidden time comes off the step — "
-        "which is why NCCL gives communication its own resources (SMs, channels).",
-    hints=("On 2 cores, why did hiding the communication not shorten the step: what did the "
-           "communication and backward compete for?",
-           "With 16 idle cores, do they still compete for it?"))
+choice("12.3", module=__name__)

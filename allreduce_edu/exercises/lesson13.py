@@ -106,44 +106,10 @@ def no_sync(comm, grad_weight, grad_bias):
 
 
 # --- 13.1 ------------------------------------------------------------------------------------
-HOOK_SOLUTION = """def my_ddp_hook(state, bucket):
-    import torch
-
-    grads = bucket.buffer().detach().numpy()   # this rank's gradients of the bucket, flat
-    total = state.ring(state.comm, grads)      # your ring: their sum over the ranks
-    future = torch.futures.Future()
-    future.set_result(torch.from_numpy(total / state.comm.world_size))   # DDP wants the mean
-    return future"""
 
 
-@exercise(
-    "13.1", "write the DDP communication hook", kind="code", function="my_ddp_hook",
-    library=("training.pytorch.hook:allreduce_hook",),
-    solution=HOOK_SOLUTION,
-    explanation="""DDP hands the hook one bucket: this rank's gradients of a few layers, flat. The
-hook sends them through the ring (the sum over the ranks), divides by N (each rank's gradient is
-the mean over its shard, so the batch's is the ranks' mean) and returns a future holding that
-tensor; DDP waits on it and copies it back into the gradients. This hook completes the future
-before it returns, so backward waits for each bucket; the library's allreduce_hook runs the ring
-on the rank's communication thread instead and completes the future there, while backward goes
-on.""",
-    hints=('bucket.buffer() is the bucket as one flat torch tensor; .detach().numpy() gives the '
-           'float64 array your ring takes, and state.ring(state.comm, x) runs it.',
-           "Your ring returns the sum over the ranks. Each rank's gradient is the mean over its "
-           "own shard of the batch: what does one process's gradient of the whole batch equal?",
-           "A torch.futures.Future() is completed with future.set_result(tensor); DDP accepts a "
-           "future that is already complete when the hook returns it.",
-           "The key idea: a hook is a promise about one bucket. DDP gives you this rank's "
-           "gradients and waits on what you return; you send them around the ring, turn the sum "
-           "into the average over the ranks, and hand that back in a future, same shape and "
-           "type, so every rank copies the same gradients into its model."),
-    key="""from allreduce_edu.exercises.lesson13 import check_ddp_hook, hint, solution
-
-
-""" + HOOK_SOLUTION + """
-
-
-check_ddp_hook(my_ddp_hook, ring)""")
+@exercise("13.1", kind="code", function="my_ddp_hook",
+          library=("training.pytorch.hook:allreduce_hook",), args=('ring',), gaps=(2, 2))
 def check_ddp_hook(my_ddp_hook, ring=None, world_size: int = 3, steps: int = 3,
                    cluster=None, deadline: float = 20.0) -> Feedback:
     """Exercise 13.1: lesson 13's CNN under DDP on `world_size` gRPC ranks (or `cluster`'s), each
@@ -177,32 +143,12 @@ def check_ddp_hook(my_ddp_hook, ring=None, world_size: int = 3, steps: int = 3,
 
 
 # --- 13.2 ------------------------------------------------------------------------------------
-SYNC_SOLUTION = """def my_sync_norm_grads(comm, grad_weight, grad_bias):
-    # each rank's gradients come from the rows it normalised: add them up over the ranks
-    return allreduce(comm, grad_weight), allreduce(comm, grad_bias)"""
 
 
-@exercise(
-    "13.2", "keep the norm's weights in step", kind="code", function="my_sync_norm_grads",
-    library=("training.pytorch.tensor_parallel:sync_norm_grads",),
-    solution=SYNC_SOLUTION, needs={"allreduce": allreduce},
-    explanation="""Every rank normalises only its own rows, so its gradient of the norm's weight and
-bias sums over those rows alone. The batch's gradient is the sum over all rows: one all-reduce
-(sum) of each, or of both concatenated (one latency instead of two, as sync_norm_grads does).""",
-    hints=("Which rows did this rank's LayerNorm see? Its grad_weight is the sum of dY·x̂ over "
-           'those rows only. What does one process sum over?',
-           "allreduce(comm, g) sums an array over the ranks; both of the norm's gradients need it.",
-           "The key idea: one process sums the norm's gradient over all rows; here each rank holds"
-           ' the sum over its own rows, a part of that sum. Add the parts across the ranks — a '
-           'sum, not a mean — so every rank applies the same update.'),
-    key="""from allreduce_edu import allreduce
-from allreduce_edu.exercises.lesson13 import check_norm_grad_sync, hint, solution
-
-
-""" + SYNC_SOLUTION + """
-
-
-check_norm_grad_sync(my_sync_norm_grads)""")
+@exercise("13.2", kind="code", function="my_sync_norm_grads",
+          library=("training.pytorch.tensor_parallel:sync_norm_grads",),
+          needs={"allreduce": allreduce}, before=('from allreduce_edu import allreduce',),
+          gaps=(2, 2))
 def check_norm_grad_sync(my_sync_norm_grads, world_size: int = 3, steps: int = 4,
                          lr: float = 0.5, cluster=None) -> Feedback:
     """Exercise 13.2: the block trained on `world_size` gRPC ranks (or on `cluster`'s) with your

@@ -20,8 +20,8 @@ import types
 import numpy as np
 
 from .feedback import Feedback, failed, not_attempted, passed
-from .lesson14_questions import check_barrier_order_answer, check_block_size_answer  # noqa: F401
 from .registry import exercise, hint, is_stub, solution  # noqa: F401 - notebook
+from .spec import choice
 
 try:
     from ..kernels import gpu
@@ -209,39 +209,10 @@ def _problem(tree_sum, threads: int) -> str:
     return f"with {threads} threads the steps do not follow the tree (hint(\"14.1\"))."
 
 
-TREE_SOLUTION = """def tree_sum(shared):
-    t = cuda.threadIdx.x
-    s = cuda.blockDim.x // 2
-    while s > 0:
-        if t < s:
-            shared[t] += shared[t + s]   # thread t adds the partial of thread t + s
-        cuda.syncthreads()               # every thread, every step: outside the if
-        s //= 2
 
 
-tree_sum = cuda.jit(device=True)(tree_sum)   # a device function: kernels can call it"""
-
-
-@exercise(
-    "14.1", "write the block's tree reduction", kind="code", function="tree_sum",
-    library=("kernels.gpu.block:block_sum",),
-    solution=TREE_SOLUTION, needs={"cuda": cuda},
-    hints=("Start from the sequential picture: at each step, which threads are active, and whose "
-           "partial does each of them add? Write one step, then repeat it with the stride halved.",
-           'The stride s starts at cuda.blockDim.x // 2 and halves until it is 0; at each step '
-           'thread t = cuda.threadIdx.x adds shared[t + s] into shared[t] if t < s.',
-           'A step reads what other threads wrote in the step before: call cuda.syncthreads() '
-           'after every step, and let every thread of the block call it (not inside `if t < s`).',
-           "The key idea is lesson 04's tree inside one block: each step half the threads add a "
-           "partner's partial into their own, and the whole block waits at a barrier before the "
-           "next step, until one partial — the block's sum — is left."),
-    key="""from allreduce_edu.exercises.lesson14 import check_tree_sum, cuda, hint, solution
-
-
-""" + TREE_SOLUTION + """
-
-
-check_tree_sum(tree_sum)""")
+@exercise("14.1", kind="code", function="tree_sum", library=("kernels.gpu.block:block_sum",),
+          needs={"cuda": cuda}, imports="cuda, hint, solution", gaps=(2, 2))
 def check_tree_sum(tree_sum) -> Feedback:
     """Exercise 14.1: tree_sum leaves the sum of shared[0:blockDim.x] in shared[0], step by step
     as the tree does, on blocks of 2, 8 and 32 threads; then inside a kernel on this target."""
@@ -292,3 +263,8 @@ def _kernel_with(tree_sum):
         if t == 0:
             out[0] = shared[0]
     return kernel
+
+
+choice("14.2", module=__name__)
+
+choice("14.3", module=__name__)

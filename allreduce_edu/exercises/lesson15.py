@@ -29,15 +29,6 @@ from .registry import exercise, hint, learner_or_reference, solution  # noqa: F4
 from .spec import Blank, Slip, number
 
 # --- 15.1 ------------------------------------------------------------------------------------
-QUORUM_SOLUTION = """\
-def my_quorum(heartbeats, previous, min_replicas, joined, now, heartbeat_timeout):
-    healthy = alive(heartbeats, now, heartbeat_timeout)   # heartbeat within the timeout
-    members = tuple(sorted(healthy & set(joined)))        # rank r is members[r]
-    if len(members) < max(min_replicas, 1) or 2 * len(members) <= len(healthy):
-        return None                                       # too few, or not a majority
-    if previous is not None and previous.members == members:
-        return previous                                   # a fast quorum: same id, same world
-    return Quorum((previous.quorum_id if previous else 0) + 1, members)"""
 
 
 class _Raised(Exception):
@@ -55,32 +46,9 @@ def _call(fn, case: Case):
     return got
 
 
-@exercise(
-    "15.1", "write the quorum rule", kind="code", function="my_quorum", solution=QUORUM_SOLUTION,
-    needs={"alive": alive, "Quorum": Quorum}, library=("training.elastic.quorum:quorum",),
-    explanation="""torchft's Lighthouse applies the same rule (src/lighthouse.rs,
-quorum_compute): the healthy replicas that asked, at least min_replicas and more than half of
-those heartbeating; the same members keep the quorum id (a fast quorum).""",
-    hints=("Three questions, in order: which replicas are alive (a heartbeat younger than "
-           "heartbeat_timeout: alive(heartbeats, now, heartbeat_timeout) gives the set), which "
-           "of those asked (they are in joined), and is that group big enough?",
-           "Big enough means two things: at least min_replicas, and more than half of the "
-           "replicas alive — not half of those who asked. Two disjoint groups cannot both hold "
-           "more than half of the same set; the dead no longer count.",
-           "The id: compare the members (a sorted tuple) with previous.members. The same members "
-           "keep previous itself; other members get previous.quorum_id + 1; with no previous "
-           "quorum the first is number 1.",
-           "The key idea: a quorum is the sorted set of live replicas that asked; it forms only "
-           "when that set is a strict majority of the live replicas and at least min_replicas, "
-           "and its id changes exactly when its membership changes."),
-    key="""from allreduce_edu.training.elastic import Quorum, alive
-from allreduce_edu.exercises.lesson15 import check_quorum, hint, solution
-
-
-""" + QUORUM_SOLUTION + """
-
-
-check_quorum(my_quorum)""")
+@exercise("15.1", kind="code", function="my_quorum", needs={"alive": alive, "Quorum": Quorum},
+          library=("training.elastic.quorum:quorum",),
+          before=('from allreduce_edu.training.elastic import Quorum, alive',), gaps=(2, 2))
 def check_quorum(fn, max_replicas: int = 5) -> Feedback:
     """Exercise 15.1: `fn` has the properties of quorum.quorum on every small membership."""
     try:
@@ -111,13 +79,6 @@ def check_quorum(fn, max_replicas: int = 5) -> Feedback:
 
 
 # --- 15.2 ------------------------------------------------------------------------------------
-HEAL_SOLUTION = """def my_heal(steps, grads):
-    top = max(steps.values())                                 # the quorum's max step
-    sources = sorted(r for r, s in steps.items() if s == top)  # up to date
-    behind = sorted(r for r, s in steps.items() if s < top)    # must heal first
-    plan = {dst: sources[i % len(sources)] for i, dst in enumerate(behind)}  # in turn
-    contributions = {r: np.zeros_like(g) if r in plan else g for r, g in grads.items()}
-    return plan, contributions, len(sources)"""
 
 HEAL_CASES = (  # each rank's committed step: a replacement, two behind, uneven, ...
     {0: 14, 1: 14, 2: 0, 3: 14},
@@ -135,29 +96,8 @@ def _grads(steps) -> dict[int, np.ndarray]:
     return {r: (r + 1) * np.array([1.0, 10.0, 100.0]) for r in steps}
 
 
-@exercise(
-    "15.2", "decide the heal", kind="code", function="my_heal",
-    solution=HEAL_SOLUTION, library=("training.elastic.quorum:heal_plan",),
-    explanation="""torchft's Manager does the same: the quorum names a recovery source for
-each replica behind max_step (assigned in turn), the healing replica loads that state and
-all-reduces zeros, and the sum is divided by num_participants.""",
-    hints=("Find the quorum's max step: the ranks at it are up to date; every rank below it is "
-           "behind and must receive an up-to-date rank's state before it trains.",
-           "Give each rank behind an up-to-date source, taking the sources in turn, so that no "
-           "single sender carries every transfer (a heal moves the whole model state).",
-           "What would a healing rank's gradient be worth? It was computed on the weights it "
-           "had before the heal. It still joins the all-reduce — every member must — but with "
-           "zeros, and the sum is divided only by the ranks that sent a real gradient.",
-           "The key idea: a rank behind copies an up-to-date peer's whole state, adds nothing "
-           "to this step's sum and is not counted in the divisor, so every rank takes the "
-           "up-to-date ranks' average and ends the step with the same weights."),
-    key="""from allreduce_edu.exercises.lesson15 import check_heal, hint, solution
-
-
-""" + HEAL_SOLUTION + """
-
-
-check_heal(my_heal)""")
+@exercise("15.2", kind="code", function="my_heal", library=("training.elastic.quorum:heal_plan",),
+          gaps=(2, 2))
 def check_heal(fn) -> Feedback:
     """Exercise 15.2: `fn(steps, grads)` -> (plan, contributions, participants) on every case."""
     for steps in HEAL_CASES:
@@ -268,32 +208,13 @@ def _goodput_success(d) -> str:
             f"checkpoints nor the redone work: a failure costs it a heal.")
 
 
-check_goodput = number(
-    "15.3", "predict restart-from-checkpoint's goodput", module=__name__, checker="check_goodput",
-    question=None,  # the lesson asks it under "Exercises", after 15.1 and 15.2
-    blanks=(Blank("my_goodput", "useful steps per second: a number, or an expression of mtbf, C "
-                  "and R",  # the key: Young/Daly's τ = √(2·C·MTBF), then both losses
-                  "1 - C / (2 * C * mtbf) ** 0.5 - (R + (2 * C * mtbf) ** 0.5 / 2) / mtbf"),),
-    inputs={"mtbf": 4 * 3600, "checkpoint": 60, "restart": 300},
-    setup="mtbf, C, R = 4 * 3600, 60, 300   # seconds: between failures, a checkpoint, a restart",
-    call="mtbf, C, R", unit="useful steps per second",
-    # the goodput is flat near Young/Daly's optimum: forgetting the 2 in √(2·C·MTBF) costs 0.6 %,
-    # so 2 % would pass that slip; 0.3 % tells it apart and still passes 0.888 and 0.89
-    tolerance=0.003,
-    answer=_goodput, slips=_goodput_slips, success=_goodput_success,
-    otherwise=lambda d, name, got: (f"off by {got - _goodput(d):+.3f} steps/s: find τ first, "
-                                    f"then subtract the two losses (hint(\"15.3\"))."),
-    todo="replace None with useful steps per second (a number, or an expression of mtbf, C "
-         "and R), then run this cell again.",
-    hints=("Two steps. First the checkpoint interval τ that wastes least: Young (1974) and Daly "
-           "(2006) give τ ≈ √(2·C·MTBF).",
-           "Then count what is lost. Writing a checkpoint every τ seconds takes C/τ of the "
-           "time. Each failure — one per MTBF on average — costs the restart R and the work "
-           "since the last checkpoint, on average half an interval.",
-           "The key idea: the goodput is one step per second minus two shares of the time, the "
-           "share spent writing checkpoints and, per failure, the restart plus half an "
-           "interval of redone work divided by the mean time between failures."),
-    solution="""τ = √(2·C·MTBF) = √(2 × 60 × 14,400) ≈ 1,315 s (about 22 minutes).
-Checkpoints: C/τ = 60 / 1,315 ≈ 4.6 % of the time.
-Failures: each costs R + τ/2 = 300 + 657 ≈ 957 s, once per 14,400 s: ≈ 6.6 %.
-Goodput ≈ 1 − 0.046 − 0.066 ≈ 0.888 useful steps per second (of 1 without failures).""")
+number("15.3", module=__name__,
+       blanks=(Blank("my_goodput", key="1 - C / (2 * C * mtbf) ** 0.5 "
+                                       "- (R + (2 * C * mtbf) ** 0.5 / 2) / mtbf"),),
+       inputs={"mtbf": 4 * 3600, "checkpoint": 60, "restart": 300},
+       setup="mtbf, C, R = 4 * 3600, 60, 300   "
+             "# seconds: between failures, a checkpoint, a restart",
+       call="mtbf, C, R", unit="useful steps per second", tolerance=0.003, answer=_goodput,
+       slips=_goodput_slips, success=_goodput_success,
+       otherwise=lambda d, name, got: (f"off by {got - _goodput(d):+.3f} steps/s: find τ first, "
+                                    f"then subtract the two losses (hint(\"15.3\"))."))

@@ -132,14 +132,6 @@ def nccl_tuning_lines(row) -> list[str]:
 
 
 # --- exercise 16.1: tree 2 from tree 1 ---------------------------------------------------------
-TREE2_SOLUTION = """def my_tree2(world_size, rank):
-    if world_size % 2 == 0:   # even N: mirror; rank r plays tree 1's rank N - 1 - r
-        relabel = lambda r: world_size - 1 - r
-        parent, children = btree(world_size, relabel(rank))
-    else:                     # odd N: shift by one; rank r plays tree 1's rank r - 1
-        relabel = lambda r: (r + 1) % world_size
-        parent, children = btree(world_size, (rank - 1) % world_size)
-    return (-1 if parent < 0 else relabel(parent)), [relabel(c) for c in children]"""
 
 
 def _shape(got) -> tuple[int, tuple[int, ...]] | None:
@@ -179,26 +171,9 @@ def port_bytes(first: Tree, second: Tree, nbytes: int) -> list[int]:
             * nbytes // 2 for r in range(len(first.parent))]
 
 
-@exercise(
-    "16.1", "build tree 2 from tree 1", kind="code", function="my_tree2",
-    library=("collectives.double_binary_tree:mirror_tree",),
-    solution=TREE2_SOLUTION, needs={"btree": btree},
-    hints=("Draw tree 1 for 8 ranks (the cell above did): its interior ranks are the even ones, "
-           "its leaves the odd ones. Tree 2 must use the leaves as its interior ranks.",
-           "You do not need a new tree: relabel tree 1. Find a one-to-one map of ranks that sends "
-           "every even rank to an odd one; rank r in tree 2 then plays the part that rank m(r) "
-           "plays in tree 1, and its parent and children are tree 1's, mapped back.",
-           "For even N the mirror r → N − 1 − r swaps even and odd ranks. For odd N it does not "
-           "(N − 1 is even): shift by one, r → r + 1 mod N, instead; rank 0 then has one child "
-           "in each tree.",
-           "The key idea: tree 2 is tree 1 with its ranks renamed so that its leaves become "
-           "interior ranks; rename the parent and the children too, with the inverse map."),
-    key="""from allreduce_edu.exercises.lesson16 import check_tree2, hint, solution
-from allreduce_edu.collectives.double_binary_tree import btree   # tree 1
-
-""" + TREE2_SOLUTION + """
-
-check_tree2(my_tree2)""")
+@exercise("16.1", kind="code", function="my_tree2",
+          library=("collectives.double_binary_tree:mirror_tree",), needs={"btree": btree},
+          after=('from allreduce_edu.collectives.double_binary_tree import btree   # tree 1',))
 def check_tree2(fn, worlds=tuple(range(1, 10)), nbytes: int = 1 << 20) -> Feedback:
     """Exercise 16.1: with tree 1 (btree) and your tree 2, every rank is interior in at most one
     tree (at most two children in both together) and sends and receives at most 2·S."""
@@ -241,33 +216,5 @@ def tuned_choice(world_size: int = 64, nbytes: int = 16 << 20, links: Links = TE
     return row["algorithm"], row["protocol"]
 
 
-check_tuner_choice = choice(
-    "16.2", "the tuner's choice on 64 ranks", module=__name__, checker="check_tuner_choice",
-    question=None,  # the lesson asks it under "Practice", with the pairs as the tuner names them
-    imports="",  # the cell imports the checker alone
-    options={"a": "the ring, protocol Simple", "b": "double binary tree, protocol Simple",
-             "c": "binomial tree, protocol LL", "d": "double binary tree, protocol LL"},
-    right=next(k for k, v in CHOICES.items() if v == tuned_choice()),  # what tune() picks
-    slips={
-        "a": "the ring wins large messages on 8 ranks, but its latency term grows with N: on "
-             "64 ranks 2(N − 1) = 126 steps of α = 10 ms are 1.26 s before a byte moves.",
-        "c": "many ranks make latency matter, but 16 MiB through the binomial tree is 12 "
-             "whole-buffer passes, and LL would halve the bandwidth of each.",
-        "d": "the algorithm is right, but LL spends half of every 8-byte store on a flag: at "
-             "16 MiB the bytes dominate, so halving the bandwidth to save µs of α loses.",
-    },
-    why="the double binary tree with Simple. On 64 ranks the ring pays 2(N − 1) = 126 latencies, "
-        "1.26 s before a byte moves; the binomial tree moves the whole 16 MiB 2·6 = 12 times, "
-        "about 2 s; the double binary tree moves about 2·S per port in about 2·log2 64 + K "
-        "steps, near 1 s. And 16 MiB is bandwidth-bound: LL would halve the bandwidth to save "
-        "microseconds, so Simple. Check: tune(64, [16 << 20], TESTBED, [\"ring\", \"tree\", "
-        "\"double_binary_tree\"]).",
-    hints=("Two choices in one: the algorithm, then the protocol. On the testbed α is 10 ms and "
-           "a protocol adds microseconds, so the protocol's α hardly matters; its bandwidth "
-           "share does whenever bytes matter.",
-           "Price the ring's latency term on 64 ranks: 2(N − 1)·α. Then the binomial tree's bytes: "
-           "2⌈log2 N⌉ passes of 16 MiB at 100 MB/s. Compare both with the double binary tree's "
-           "≈ 2·S per port in about 2 log2 N + K steps.",
-           "The key idea: the ring's step count grows with N and the binomial tree's bytes with "
-           "log N, while the double binary tree keeps both small; and a bandwidth-bound message "
-           "wants the protocol that keeps all the bandwidth."))
+choice("16.2", module=__name__, imports="",
+       right=next(k for k, v in CHOICES.items() if v == tuned_choice()))

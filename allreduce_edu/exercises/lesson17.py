@@ -14,8 +14,8 @@ from ..collectives import allreduce
 from ..training.compress import ErrorFeedback, allreduce_fp8
 from ..training.compress.train import sent_since
 from .feedback import Feedback, failed, passed
-from .lesson17_questions import check_powersgd_ratio, check_when_compression_pays  # noqa: F401
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
+from .spec import Blank, Slip, choice, number
 
 # all-reduce-shaped exchanges (2(N − 1) steps each) a scheme runs per step; every other scheme: 1
 EXCHANGES = {"powersgd": 3}  # the uncompressed tensors, the Ps, the Qs
@@ -92,10 +92,6 @@ def with_feedback(scheme, step_fn):
 
 
 # --- 17.1 ------------------------------------------------------------------------------------
-EF_SOLUTION = """def my_error_feedback_step(grad, residual, compress):
-    corrected = grad + residual        # this step's gradient and what earlier steps kept back
-    sent = compress(corrected)         # what travels
-    return sent, corrected - sent      # what the compressor dropped waits for the next step"""
 
 
 def top_k(x, share: float = 0.25):
@@ -126,25 +122,8 @@ class _Spy:
         return self.calls[-1][1].copy()
 
 
-@exercise(
-    "17.1", "write the error-feedback step", kind="code", function="my_error_feedback_step",
-    library=("training.compress.feedback:error_feedback_step",),
-    solution=EF_SOLUTION,
-    hints=("Write down what must hold after every step: each gradient so far is either sent "
-           "already or still waiting in the residual. What must compress be given so that "
-           "stays true from one step to the next?",
-           "compress must see this step's gradient plus the residual the earlier steps left. "
-           "Whatever of that sum the compressor did not send becomes the new residual.",
-           "The key idea: error feedback never throws away what the compressor drops. It adds "
-           "it to the next step's input, sends the compressed sum, and keeps the difference "
-           "between that sum and what was sent; gradient is only delayed, never lost."),
-    key="""from allreduce_edu.exercises.lesson17 import check_error_feedback, hint, solution
-
-
-""" + EF_SOLUTION + """
-
-
-check_error_feedback(my_error_feedback_step)""")
+@exercise("17.1", kind="code", function="my_error_feedback_step",
+          library=("training.compress.feedback:error_feedback_step",), gaps=(2, 2))
 def check_error_feedback(my_error_feedback_step, steps: int = 8, shape=(6, 5)) -> Feedback:
     """Exercise 17.1: every step, sent + residual == the sum of the gradients so far."""
     for name, compress in COMPRESSORS.items():
@@ -211,3 +190,50 @@ def _why(step, grad, residual, given, new, sent, gap) -> str:
         return (f"{where} Your residual is grad − sent, which forgets the residual you were "
                 f"given: keep what compress did not send of the sum it was given.")
     return f"{where} hint(\"17.1\") gives a hint."
+
+
+# --- 17.2 ------------------------------------------------------------------------------------
+def _matrix(d) -> tuple[int, int, int]:
+    """(n, m, r): the gradient viewed as shape[0] × the rest, and PowerSGD's rank."""
+    return d.shape[0], math.prod(d.shape[1:]), d.rank
+
+
+def _ratio(d) -> float:
+    n, m, r = _matrix(d)
+    return n * m / ((n + m) * r)
+
+
+def _ratio_slips(d) -> list[Slip]:
+    (n, m, r), second = _matrix(d), d.shape[1]
+    return [
+        Slip(n * second / ((n + second) * r), f"that uses m = {second}. PowerSGD views the "
+             f"gradient as shape[0] × everything else, so m = {second}·"
+             f"{math.prod(d.shape[2:])} = {m}."),
+        Slip(n * m / (n + m), "each factor has r columns: P is n×r and Q is m×r, so (n + m)·r "
+             "values travel."),
+        Slip(m / r, "that counts only P (n×r) against n·m: Q (m×r) travels too."),
+        Slip(n / r, "that counts only Q (m×r): P (n×r) travels too."),
+        Slip(n * m / (sum(d.shape) * r), "the matrix has two sides, n and m: every dimension "
+             "after the first goes into m (their product), not into a sum of four."),
+        Slip((n + m) * r / (n * m), "that is the compressed share; the ratio is before ÷ after, "
+             "more than 1."),
+    ]
+
+
+def _ratio_success(d) -> str:
+    n, m, r = _matrix(d)
+    return (f"{_ratio(d):.1f}: the {d.shape} gradient is a {n}×{m} matrix, {n * m:,} values; "
+            f"P and Q are ({n} + {m})·{r} = {(n + m) * r:,}. A layer this wide compresses well; "
+            f"a 64×64 matrix at rank 2 only 16×.")
+
+
+number("17.2", module=__name__, blanks=(Blank("my_ratio", key="256 * 1152 / ((256 + 1152) * 2)"),),
+       inputs={"shape": (256, 128, 3, 3), "rank": 2}, answer=_ratio, slips=_ratio_slips,
+       success=_ratio_success,
+       otherwise=lambda d, name, got: (f"off by ×{got / _ratio(d):.3g}: view the gradient as a "
+                                    f"matrix, count the values of P and Q, and divide "
+                                    f"(hint(\"17.2\"))."))
+
+
+# --- 17.3 ------------------------------------------------------------------------------------
+choice("17.3", module=__name__)

@@ -1,9 +1,12 @@
 """Every exercise of the course, registered once beside its checker: hints, solution, the
 instructor's key.
 
-    @exercise("03.2", "predict the ring's bytes", kind="number", hints=(...), solution="...",
-              key="...")
-    def check_ring_bytes(answer, world_size=16, nbytes=4 << 20) -> Feedback: ...
+    @exercise("03.1", kind="code", function="my_ring_allreduce", imports="")
+    def check_ring_allreduce(fn, world_sizes=(3, 4), ...) -> Feedback: ...
+
+The title, hints, solution and explanation come from the lesson's data file (lesson03.toml,
+table [ "03.1" ]: texts.py); the key, the exercise cell solved, is made from the checker's name, the
+solution and the function's (`imports`, `before`/`after`, `args`, `gaps`: where a cell differs).
 
 Choice, number and names exercises are declared as data in spec.py, which registers them here.
 The decorated checker answers "not attempted yet" while the answer is still the scaffold's (`None`,
@@ -24,10 +27,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .cells import code_key
 from .feedback import Feedback, not_attempted, wrap
 from .progress import PREDICTIONS, STATUSES, load
 from .progress import record as record_progress
 from .progress import reset as reset_progress
+from .texts import exercise_texts
 
 # write a function, predict a number, pick a letter, fill in names
 KINDS = ("code", "number", "choice", "names")
@@ -64,23 +69,34 @@ EXERCISES: dict[str, Exercise] = {}
 _hints_given: dict[str, int] = {}
 
 
-def exercise(id: str, title: str, *, kind: str, hints=(), solution: str, key: str,
-             explanation: str = "", function: str = "", needs: dict | None = None,
+def exercise(id: str, title: str | None = None, *, kind: str, hints=None,
+             solution: str | None = None, key: str | None = None,
+             explanation: str | None = None, function: str = "", needs: dict | None = None,
              answers: tuple[str, ...] | None = None, todo: str = "",
-             library: tuple[str, ...] | None = None):
+             library: tuple[str, ...] | None = None, **cell):
     """Register the decorated checker as exercise `id`; `answers` names its parameters that hold the
-    answer (default: the first one), `library` the library's versions of a code exercise."""
+    answer (default: the first one), `library` the library's versions of a code exercise. The
+    texts not given come from the lesson's data file; a code exercise's key is made (`code_key`)."""
     if kind not in KINDS:
         raise ValueError(f"exercise {id}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
     if kind == "code" and not function:
         raise ValueError(f"exercise {id}: a code exercise names the function the learner writes")
 
     def register(check):
+        nonlocal title, hints, solution, key, explanation
+        t = exercise_texts(check.__module__, id)
+        title = t["title"] if title is None else title
+        hints = t.get("hints", ()) if hints is None else hints
+        solution = t["solution"] if solution is None else solution
+        explanation = t.get("explanation", "") if explanation is None else explanation
+        todo_text = todo or t.get("todo", "")
+        if key is None:
+            key = code_key(check.__module__, check.__name__, solution, function, **cell)
         signature = inspect.signature(check)
         names = answers or (next(iter(signature.parameters)),)
         ex = Exercise(id, title, kind, tuple(hints), solution.strip("\n"), key.strip("\n"),
                       explanation.strip(), function, dict(needs or {}),
-                      todo or _default_todo(kind, function, names))
+                      todo_text or _default_todo(kind, function, names))
         ex.library = None if library is None else tuple(library)
 
         def verdict(*args, **kwargs) -> tuple[list, Feedback]:

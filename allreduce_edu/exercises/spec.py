@@ -1,9 +1,12 @@
 """Choice, number and names exercises as data: one spec generates the checker, the scaffold cell,
 the instructor's key, the question's markdown and the "not attempted yet" text.
 
-    check_busbw_answer = choice("03.4", "...", module=__name__, checker="check_busbw_answer",
-                                question="...", options={"a": "...", ...}, right="d",
-                                slips={"a": "hint", ...}, why="...", hints=(...))
+    choice("03.4", module=__name__)   # lesson03.toml's [ "03.4" ]: checker, title, question,
+                                      # options, right, slips, why, hints
+
+The texts come from the lesson's data file (texts.py), by id; the Python passes what it computes
+(answers, slip values, the values a message shows). The checker is defined in the lesson module
+under the name the data file gives it (`checker = "check_busbw_answer"`), and returned.
 
 A number passes within TOLERANCE of the answer (counts of bytes, steps or ranks exactly); a slip
 (a typical wrong value) gets its own hint, matched with the same tolerance. A spec whose slips lie
@@ -13,14 +16,16 @@ closer to its answer than that (a goodput near its optimum) states a narrower `t
 from __future__ import annotations
 
 import inspect
-import textwrap
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 
 import numpy as np
 
+from .cells import Blank, Cell, NamesCell, markdown, quoted
 from .feedback import Feedback, failed, passed
 from .registry import exercise
+from .texts import exercise_texts, fill
 
 TOLERANCE = 0.02  # the one policy: a measured or rounded answer within 2 % passes
 MIB = 1 << 20
@@ -38,60 +43,6 @@ def close(value, target, exact: bool = False, tolerance: float = TOLERANCE) -> b
     return bool(np.allclose(value, target, rtol=tolerance, atol=1e-12))
 
 
-@dataclass(frozen=True)
-class Blank:
-    """One value the learner fills in: the cell's variable, its comment, the key's expression."""
-
-    variable: str
-    comment: str
-    key: str  # the solved cell's expression (allreduce-edu lessons --solved)
-    keyword: str = ""  # the checker's parameter when the cell passes it by name
-    empty: str = "None"  # what the scaffold holds
-
-
-@dataclass
-class Cell:
-    """The exercise cell a spec generates: the scaffold as shipped, and the key (solved)."""
-
-    module: str
-    checker: str
-    blanks: tuple[Blank, ...]
-    setup: str = ""  # lines both cells start with (question data: S, N = 16 << 20, 4)
-    call: str = ""  # what the checker call passes after the blanks (alpha, beta)
-    imports: str = "hint, solution"  # what the cell imports besides the checker
-
-    def _lines(self, solved: bool) -> str:
-        lesson = self.module.rsplit(".", 1)[-1]
-        names = ", ".join(n for n in (self.checker, self.imports) if n)
-        head = f"from allreduce_edu.exercises.{lesson} import {names}\n\n"
-        setup = self.setup.strip("\n") + "\n" if self.setup else ""
-        width = max(len(f"{b.variable} = {b.empty}") for b in self.blanks)
-        body = "".join(f"{f'{b.variable} = ' + (b.key if solved else b.empty):<{width}}"
-                       f"   # {b.comment}\n" for b in self.blanks)
-        args = [f"{b.keyword}={b.variable}" if b.keyword else b.variable for b in self.blanks]
-        call = f"{self.checker}({', '.join(args + ([self.call] if self.call else []))})"
-        return head + setup + body + call
-
-    @property
-    def scaffold(self) -> str:
-        return self._lines(solved=False)
-
-    @property
-    def key(self) -> str:
-        return self._lines(solved=True)
-
-
-def _markdown(id: str, verb: str, question: str | None, options: dict | None = None):
-    """The question's markdown cell text, as the lesson shows it (None: the lesson asks in its own
-    words, as a prediction inside the narrative)."""
-    if question is None:
-        return None
-    text = textwrap.fill(f"**{id} — {verb}.** {' '.join(question.split())}", 110)
-    text += "".join(f"\n- ({x}) {options[x]}" for x in sorted(options or {}))
-    return (f"{text}\n\nStuck? `hint(\"{id}\")` gives a hint (call "
-            f"it again for the next one); `solution(\"{id}\")` shows an answer.")
-
-
 def _register(id, title, kind, cell: Cell, check, signature, hints, solution, todo, answers,
               markdown, **data):
     check.__signature__ = signature
@@ -100,15 +51,41 @@ def _register(id, title, kind, cell: Cell, check, signature, hints, solution, to
     checked = exercise(id, title, kind=kind, hints=hints, solution=solution, key=cell.key,
                        todo=todo, answers=answers)(check)
     checked.exercise.spec = SimpleNamespace(cell=cell, markdown=markdown, **data)
+    if cell.module in sys.modules:  # the lesson module: its checker, named by the data file
+        setattr(sys.modules[cell.module], cell.checker, checked)
     return checked
 
 
+_DATA = object()  # an argument not given: the data file's text
+
+
+def _text(t: dict, id: str, key: str, given=_DATA, default=_DATA):
+    """`given` if the Python passed it, else the data file's text (or `default` when absent)."""
+    if given is not _DATA:
+        return given
+    if key in t:
+        return tuple(t[key]) if key == "hints" else t[key]
+    if default is _DATA:
+        raise KeyError(f"exercise {id}: its lesson's data file has no {key!r}")
+    return default
+
+
 # --- choice ----------------------------------------------------------------------------------
-def choice(id: str, title: str, *, module: str, checker: str, question: str | None,
-           options: dict[str, str], right: str, slips: dict[str, str], why: str,
-           hints: tuple[str, ...], imports: str = "hint, solution"):
+def choice(id: str, title=_DATA, *, module: str, checker=_DATA, question=_DATA, options=_DATA,
+           right=_DATA, slips=_DATA, why=_DATA, hints=_DATA, values: dict | None = None,
+           imports: str = "hint, solution"):
     """A multiple-choice exercise: every wrong option is a misconception with its own hint
-    (`question` None: the lesson asks it in its own words)."""
+    (`question` None, or none in the data file: the lesson asks it in its own words); `values`
+    fill the {placeholders} of the data file's slips and why."""
+    t = exercise_texts(module, id)
+    title, checker = _text(t, id, "title", title), _text(t, id, "checker", checker)
+    question, options = _text(t, id, "question", question, None), _text(t, id, "options", options)
+    right, slips, why = _text(t, id, "right", right), _text(t, id, "slips", slips), \
+        _text(t, id, "why", why)
+    hints = _text(t, id, "hints", hints)
+    if values is not None:
+        slips = {x: fill(text, values) for x, text in slips.items()}
+        why = fill(why, values)
     if set(slips) | {right} != set(options) or right in slips:
         raise ValueError(f"exercise {id}: every wrong option needs its own hint, the right none")
     letters = sorted(options)
@@ -128,7 +105,7 @@ def choice(id: str, title: str, *, module: str, checker: str, question: str | No
     return _register(id, title, "choice", cell, check, signature, hints,
                      f"{right}: {options[right]}\n\n{why}",
                      f'replace "?" with the letter of your answer ({listed}), then run this cell '
-                     f"again.", None, _markdown(id, "explain", question, options),
+                     f"again.", None, markdown(id, "explain", question, options),
                      options=dict(options), right=right)
 
 
@@ -138,19 +115,33 @@ class Slip:
     """A typical wrong value and the hint it earns; `blank` names the answer it is for."""
 
     value: float
-    hint: str
+    hint: str  # a key of the data file's [ "NN.M".slips ] (or the hint itself)
     blank: str = ""
+    values: dict = field(default_factory=dict)  # this slip's {placeholders} besides the spec's
 
 
-def number(id: str, title: str, *, module: str, checker: str, question: str | None,
+def number(id: str, title=_DATA, *, module: str, checker=_DATA, question=_DATA,
            blanks: tuple[Blank, ...], answer, inputs: dict | None = None, slips=None,
-           success, otherwise: str | object = "", unit: str = "", exact: bool = False,
-           hints: tuple[str, ...], solution: str, setup: str = "", call: str = "",
-           verb: str = "predict", todo: str = "", tolerance: float = TOLERANCE,
+           values=None, success=_DATA, otherwise=_DATA, unit: str = "", exact: bool = False,
+           hints=_DATA, solution=_DATA, setup: str = "", call: str = "",
+           verb: str = "predict", todo=_DATA, tolerance: float = TOLERANCE,
            imports: str = "hint, solution"):
     """A number exercise: `answer(d)` gives the value (or {blank: value}) from the inputs `d`;
-    `slips(d)` the typical wrong values with their hints; `success(d)` the passing message."""
+    `slips(d)` the typical wrong values with their hints; `values(d)` what the messages'
+    {placeholders} show besides the inputs (`success(d)`, `otherwise(d, name, got)`: a message
+    computed in Python)."""
+    t = exercise_texts(module, id)
+    title, checker = _text(t, id, "title", title), _text(t, id, "checker", checker)
+    question, hints = _text(t, id, "question", question, None), _text(t, id, "hints", hints)
+    solution, todo = _text(t, id, "solution", solution), _text(t, id, "todo", todo, "")
+    success, otherwise = _text(t, id, "success", success), _text(t, id, "otherwise", otherwise, "")
+    filled = _text(t, id, "slips", default={})
+    comments = t.get("blanks", {})
+    blanks = tuple(b if b.comment else replace(b, comment=comments[b.variable]) for b in blanks)
     inputs = dict(inputs or {})
+
+    def shown(d, text: str, **more) -> str:  # a data file's message, its {placeholders} filled in
+        return fill(text, {**vars(d), **(values(d) if values else {}), **more})
     names = [b.keyword or b.variable.removeprefix("my_") for b in blanks]
     kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
     signature = inspect.Signature([inspect.Parameter(n, kind) for n in names]
@@ -189,17 +180,21 @@ def number(id: str, title: str, *, module: str, checker: str, question: str | No
                 continue
             for slip in (slips(d) if slips else ()):
                 if slip.blank in ("", name) and close(got, slip.value, exact, tolerance):
-                    return failed(_label(name, names) + slip.hint)
+                    hint = (shown(d, filled[slip.hint], **slip.values) if slip.hint in filled
+                            else slip.hint)
+                    return failed(_label(name, names) + hint)
             if exact and not whole:
                 return failed(f"{_label(name, names)}a count is a whole number, not "
                               f"{_show(got)}: round where the algorithm does.")
-            rest = otherwise(d, name, got) if callable(otherwise) else otherwise
+            rest = (otherwise(d, name, got) if callable(otherwise) else
+                    shown(d, otherwise, name=name, got=got) if "otherwise" in t else otherwise)
             return failed(f"{_label(name, names)}{_show(got)} is not it"
                           + (f": {rest}" if rest else "."))
-        return passed(success(d) if callable(success) else success)
+        return passed(success(d) if callable(success) else
+                      shown(d, success) if "success" in t else success)
 
     return _register(id, title, "number", cell, check, signature, hints, solution,
-                     todo or _todo(blanks, unit), tuple(names), _markdown(id, verb, question),
+                     todo or _todo(blanks, unit), tuple(names), markdown(id, verb, question),
                      answer=answer, inputs=inputs, unit=unit, exact=exact)
 
 
@@ -218,31 +213,27 @@ def _todo(blanks, unit: str) -> str:
 
 
 # --- names -----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class NamesCell:
-    """A names exercise's cells: a dict literal, one line per key."""
-
-    module: str
-    checker: str
-    scaffold: str
-    key: str
-
-
-def names(id: str, title: str, *, module: str, checker: str, question: str,
-          table: dict[str, tuple[str, ...]], success: str, hints: tuple[str, ...],
-          slips: dict[tuple[str, str], str] | None = None, normalise=str.strip,
-          fallback=None, key_value=None, verb: str = "translate"):
+def names(id: str, title=_DATA, *, module: str, checker=_DATA, question=_DATA,
+          table: dict[str, tuple[str, ...]], success=_DATA, hints=_DATA, slips=_DATA,
+          normalise=str.strip, fallback=None, key_value=None, verb: str = "translate"):
     """A names exercise: fill in a dict {ours: theirs}; `table` holds the accepted names (the first
-    is the solution's), `slips` a hint for a typical wrong (key, name), `fallback(key, name)` for
-    any other."""
-    slips, value = dict(slips or {}), key_value or (lambda theirs: theirs[0])
+    is the solution's), `slips` a hint for a typical wrong (key, name) (the data file's
+    [ "NN.M".slips.KEY ] NAME = "hint"), `fallback(key, name)` for any other."""
+    t = exercise_texts(module, id)
+    title, checker = _text(t, id, "title", title), _text(t, id, "checker", checker)
+    question, hints = _text(t, id, "question", question), _text(t, id, "hints", hints)
+    success = _text(t, id, "success", success)
+    slips = _text(t, id, "slips", slips, None) or {}
+    if "slips" in t:
+        slips = {(ours, got): hint for ours, named in slips.items() for got, hint in named.items()}
+    slips, value = dict(slips), key_value or (lambda theirs: theirs[0])
     accepted = {k: {normalise(n).upper() for n in v} for k, v in table.items()}
 
     def cell(solved: bool) -> str:
         lesson = module.rsplit(".", 1)[-1]
         return (f"from allreduce_edu.exercises.{lesson} import {checker}, hint, solution\n\n"
-                "my_names = {\n" + "".join(f"    {_quoted(k)}: "
-                                            f"{_quoted(value(v) if solved else '?')},\n"
+                "my_names = {\n" + "".join(f"    {quoted(k)}: "
+                                            f"{quoted(value(v) if solved else '?')},\n"
                                             for k, v in table.items())
                 + f"}}\n{checker}(my_names)")
 
@@ -272,8 +263,5 @@ def names(id: str, title: str, *, module: str, checker: str, question: str,
     return _register(id, title, "names", NamesCell(module, checker, cell(False), cell(True)),
                      check, signature, hints, solution,
                      'fill in every "?" with a name, then run this cell again.', None,
-                     _markdown(id, verb, question))
+                     markdown(id, verb, question))
 
-
-def _quoted(text: str) -> str:
-    return f"'{text}'" if '"' in text else f'"{text}"'
