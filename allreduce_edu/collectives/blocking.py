@@ -11,15 +11,15 @@ from ..comm.base import check_array
 # importing registers each algorithm; ALGORITHMS keeps this order (the lessons' order)
 # isort: off
 from .naive import allreduce_naive  # noqa: F401 - registers naive and all_to_all
-from .ring import all_gather_ring, reduce_scatter_ring
+from .ring import all_gather_ring, reduce_scatter_ring_into
 from .tree import broadcast_tree, reduce_tree
 from .recursive import allreduce_rabenseifner  # noqa: F401 - and recursive_doubling
 from .hierarchical import hierarchical  # noqa: F401 - needs ring; nodes from model.links (lessons/05)
 from .double_binary_tree import double_binary_tree  # noqa: F401 - NCCL's two trees (lessons/16)
 from .bruck import all_gatherv_bruck, reduce_scatter_bruck
 # isort: on
-from ..ops import OPS
-from .registry import ALGORITHMS, check_op, check_root
+from ..ops import OPS, check_op
+from .registry import ALGORITHMS, check_root
 
 __all__ = ["allreduce", "reduce", "broadcast", "reduce_scatter", "all_gather", "OPS",
            "REDUCE_SCATTERS", "ALL_GATHERS"]
@@ -28,7 +28,7 @@ __all__ = ["allreduce", "reduce", "broadcast", "reduce_scatter", "all_gather", "
 def _reduce_scatter_ring(comm, pieces: list[np.ndarray], op: str) -> np.ndarray:
     out = [None] * comm.world_size
     out[comm.rank] = np.empty_like(pieces[comm.rank])  # the only piece this rank keeps
-    return reduce_scatter_ring(comm, pieces, op, out=out)
+    return reduce_scatter_ring_into(comm, pieces, out, op)
 
 
 def _all_gather_ring(comm, x: np.ndarray) -> np.ndarray:
@@ -61,7 +61,7 @@ def allreduce(comm, x, op: str = "sum", algorithm: str = "ring") -> np.ndarray:
 def reduce(comm, x, op: str = "sum", root: int = 0) -> np.ndarray | None:
     """Binomial-tree reduce: `root` gets op(x over all ranks); the other ranks get None
     (as in mpi4py)."""
-    check_op(comm, op)
+    check_op(op, comm.rank)
     root = check_root(comm, root)
     x = check_array(x, f"reduce input on rank {comm.rank}")
     with comm.collective("reduce", algorithm="tree", op=op, dtype=x.dtype, shape=x.shape,
@@ -82,7 +82,7 @@ def broadcast(comm, x, root: int = 0) -> np.ndarray:
 def reduce_scatter(comm, x, op: str = "sum", algorithm: str = "ring") -> np.ndarray:
     """Reduce-scatter (ring, or Bruck's in ⌈log2 N⌉ steps): rank r gets the reduction of piece r of
     np.array_split(x, world_size, axis=0)."""
-    check_op(comm, op)
+    check_op(op, comm.rank)
     _check_algorithm(comm, algorithm, REDUCE_SCATTERS, "reduce_scatter")
     x = check_array(x, f"reduce_scatter input on rank {comm.rank}")
     if x.ndim == 0:

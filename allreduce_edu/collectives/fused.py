@@ -25,7 +25,7 @@ import numpy as np
 
 from ..ops import check_norm  # kernels (and numba, ~0.5 s) load on first use
 from .blocking import allreduce
-from .ring import all_gather_ring, reduce_scatter_ring
+from .ring import all_gather_ring, reduce_scatter_ring_into
 from .tree import broadcast_tree, reduce_tree
 
 VARIANTS = ("fused", "unfused", "root")
@@ -78,8 +78,8 @@ def _fused(comm, x, normalise):
     lo = sum(len(p) for p in mine[:r])  # first row of my piece
     # reduce-scatter: N-1 ring steps; at the last one, my rows = norm(mine + sum of the others')
     # in one pass, written straight into the result
-    reduce_scatter_ring(comm, mine, "sum", out=result,
-                        last=lambda acc, incoming: normalise.add(acc, incoming, lo, result[r]))
+    reduce_scatter_ring_into(comm, mine, result, "sum",
+                             last=lambda acc, incoming: normalise.add(acc, incoming, lo, result[r]))
     # all-gather: N-1 ring steps pass the normalised rows around, each copied into the result
     all_gather_ring(comm, result, copy_into=True)
     return out

@@ -67,37 +67,52 @@ def allreduce_recursive_doubling(comm, x: np.ndarray, op: str = "sum") -> np.nda
     return _unfold(comm, acc)
 
 
+def _reduce_scatter_halving(comm, flat: np.ndarray, bounds, me: int, p: int, extra: int,
+                            op: str) -> tuple[int, int]:
+    """Phase 1, recursive halving: log2 p steps, each halving the blocks this rank is responsible
+    for; returns them, [lo, hi): one block, reduced over all p ranks (block b: flat[bounds[b]:
+    bounds[b + 1]])."""
+    lo, hi = 0, p
+    distance, step = p // 2, 0
+    while distance >= 1:
+        # step s: halve [lo, hi); keep the half with my rank, send the other to me XOR distance
+        partner, mid = me ^ distance, (lo + hi) // 2
+        keep, give = ((lo, mid), (mid, hi)) if me < partner else ((mid, hi), (lo, mid))
+        peer = _real_rank(partner, extra)
+        theirs = comm.sendrecv(peer, flat[bounds[give[0]]:bounds[give[1]]], peer,
+                               "reduce_scatter", step=step, chunk=give)
+        reduce_into(flat[bounds[keep[0]]:bounds[keep[1]]], theirs, op)
+        (lo, hi), distance, step = keep, distance // 2, step + 1
+    return lo, hi
+
+
+def _all_gather_doubling(comm, flat: np.ndarray, bounds, me: int, p: int, extra: int,
+                         lo: int, hi: int) -> None:
+    """Phase 2, recursive doubling: log2 p steps, each swapping every finished block this rank
+    holds with its partner's, so the finished part doubles until it is all of flat."""
+    distance, step = 1, 0
+    while distance < p:
+        # step s: swap my finished blocks with me XOR distance; together we hold twice as many
+        partner, width = me ^ distance, hi - lo
+        theirs_lo, theirs_hi = (hi, hi + width) if me < partner else (lo - width, lo)
+        peer = _real_rank(partner, extra)
+        flat[bounds[theirs_lo]:bounds[theirs_hi]] = comm.sendrecv(
+            peer, flat[bounds[lo]:bounds[hi]], peer, "all_gather", step=step, chunk=(lo, hi))
+        lo, hi = min(lo, theirs_lo), max(hi, theirs_hi)
+        distance, step = distance * 2, step + 1
+
+
 @allreduce_algorithm("rabenseifner", layout="hypercube", bounds=block_bounds,
                      phases=("fold", "reduce_scatter", "all_gather", "unfold"),
                      cost=costmodel.rabenseifner, colour="#56B4E9")
 def allreduce_rabenseifner(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
     """Reduce-scatter by recursive halving, all-gather by doubling: 2 log2 N steps, ~2·S bytes."""
-    acc, me, p = _fold(comm, x, op)
+    acc, me, p = _fold(comm, x, op)  # a world that is not a power of two folds first
     extra = comm.world_size - p
     if acc is not None:
         flat = acc.reshape(-1)
-        # block b is flat[bounds[b]:bounds[b + 1]]
-        bounds = np.linspace(0, flat.size, p + 1).astype(int)
-        lo, hi = 0, p  # the blocks this rank is still responsible for
-        distance, step = p // 2, 0
-        while distance >= 1:
-            # step s: halve [lo, hi); keep the half with my rank, send the other to me XOR distance
-            partner, mid = me ^ distance, (lo + hi) // 2
-            keep, give = ((lo, mid), (mid, hi)) if me < partner else ((mid, hi), (lo, mid))
-            theirs = comm.sendrecv(
-                _real_rank(partner, extra), flat[bounds[give[0]]:bounds[give[1]]],
-                _real_rank(partner, extra), "reduce_scatter", step=step, chunk=give)
-            reduce_into(flat[bounds[keep[0]]:bounds[keep[1]]], theirs, op)
-            (lo, hi), distance, step = keep, distance // 2, step + 1
-        distance, step = 1, 0
-        while distance < p:
-            # step s: swap my finished blocks with me XOR distance; together we hold twice as many
-            partner = me ^ distance
-            theirs_lo, theirs_hi = (hi, hi + (hi - lo)) if me < partner else (lo - (hi - lo), lo)
-            flat[bounds[theirs_lo]:bounds[theirs_hi]] = comm.sendrecv(
-                _real_rank(partner, extra), flat[bounds[lo]:bounds[hi]], _real_rank(partner, extra),
-                "all_gather", step=step, chunk=(lo, hi))
-            lo, hi = min(lo, theirs_lo), max(hi, theirs_hi)
-            distance, step = distance * 2, step + 1
+        bounds = block_bounds(flat.size, p)  # the p blocks, as the registry cuts them
+        lo, hi = _reduce_scatter_halving(comm, flat, bounds, me, p, extra, op)
+        _all_gather_doubling(comm, flat, bounds, me, p, extra, lo, hi)
         acc = flat.reshape(x.shape)
     return _unfold(comm, acc)

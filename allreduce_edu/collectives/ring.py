@@ -14,32 +14,47 @@ from ..ops import OPS
 from .registry import allreduce_algorithm
 
 
-def reduce_scatter_ring(comm, pieces: list[np.ndarray], op: str = "sum", last=None,
-                        out: list[np.ndarray] | None = None) -> np.ndarray:
-    """Reduce `pieces` (this rank's N chunks) around the ring: rank r ends with chunk r summed
-    over all ranks.
-
-    Reduces in place into `pieces`, or, given `out` (N chunks of the result), into `out`, leaving
-    `pieces` as they were. `last(acc, incoming)`, if given, replaces the final reduction
-    (the fused LayerNorm hooks in here) and its return value becomes the finished chunk.
+def reduce_scatter_ring(comm, pieces: list[np.ndarray], op: str = "sum",
+                        last=None) -> np.ndarray:
+    """Reduce `pieces` (this rank's N chunks) in place around the ring: rank r ends with chunk r
+    reduced over all ranks, and returns it. `last(acc, incoming)`, if given, does the final
+    reduction instead, and its return value becomes the finished chunk (lesson 07 hooks in here).
     """
     n, r = comm.world_size, comm.rank
     right, left = (r + 1) % n, (r - 1) % n
-    out = pieces if out is None else out
+    for step in range(n - 1):
+        # step s: send chunk (r - s - 1) % n right, reduce chunk (r - s - 2) % n from the left
+        send, into = (r - step - 1) % n, (r - step - 2) % n
+        incoming = comm.sendrecv(right, pieces[send], left, "reduce_scatter", step=step, chunk=send)
+        if last is not None and step == n - 2:
+            pieces[into] = last(pieces[into], incoming)
+        else:
+            OPS[op](pieces[into], incoming, out=pieces[into])
+    return pieces[r]
+
+
+def reduce_scatter_ring_into(comm, pieces: list[np.ndarray], out: list, op: str = "sum",
+                             last=None) -> np.ndarray:
+    """`reduce_scatter_ring` as the library's all-reduce, the fused operator and the tensor-parallel
+    norm run it: `pieces` stay as they were, the finished chunk r lands in `out[r]` (a view of the
+    result), and each chunk that goes on around the ring is reduced straight into the buffer it
+    is sent from (`comm.send_buffer`: on shm, the segment the next step sends, uncopied). Every
+    input byte is read once and the result written once, as on the wire."""
+    n, r = comm.world_size, comm.rank
+    right, left = (r + 1) % n, (r - 1) % n
     reduced = pieces[(r - 1) % n]  # what step 0 sends: this rank's own chunk
     for step in range(n - 1):
         # step s: send chunk (r - s - 1) % n right, reduce chunk (r - s - 2) % n from the left
         send, into = (r - step - 1) % n, (r - step - 2) % n
         incoming = comm.sendrecv(right, reduced, left, "reduce_scatter", step=step, chunk=send)
-        if last is not None and step == n - 2:
-            out[into] = reduced = last(pieces[into], incoming)
-            continue
-        # each chunk is reduced once per rank; all but the last go right at the next step, so
-        # they are reduced straight into the send buffer (shm: the segment the next step sends)
-        reduced = (out[into] if step == n - 2 or out is pieces
-                   else comm.send_buffer(right, pieces[into].shape, pieces[into].dtype))
-        OPS[op](pieces[into], incoming, out=reduced)
-    if n == 1 and out is not pieces:
+        if step == n - 2 and last is not None:  # the last step: chunk r, finished by `last`
+            out[into] = last(pieces[into], incoming)
+        elif step == n - 2:  # the last step: chunk r, reduced into the result
+            OPS[op](pieces[into], incoming, out=out[into])
+        else:  # a chunk that goes right at the next step: reduced into what will be sent
+            reduced = comm.send_buffer(right, pieces[into].shape, pieces[into].dtype)
+            OPS[op](pieces[into], incoming, out=reduced)
+    if n == 1:
         out[r][...] = pieces[r]
     return out[r]
 
@@ -63,17 +78,27 @@ def all_gather_ring(comm, pieces: list, copy_into: bool = False) -> list[np.ndar
     return pieces
 
 
+def allreduce_ring_plain(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
+    """The ring all-reduce as the textbook (and exercise 03.1) has it: cut a copy of x into N
+    chunks, reduce-scatter them, all-gather them, join them."""
+    pieces = np.array_split(x.reshape(-1).copy(), comm.world_size)  # N chunks, sizes differ by ≤ 1
+    reduce_scatter_ring(comm, pieces, op)  # rank r now holds chunk r, reduced over every rank
+    all_gather_ring(comm, pieces)  # and now every rank holds every reduced chunk
+    return np.concatenate(pieces).reshape(x.shape)
+
+
 @allreduce_algorithm("ring", layout="ring", phases=("reduce_scatter", "all_gather"),
                      cost=costmodel.ring, link_cost=costmodel.ring_on_links, colour="#0072B2")
 def allreduce_ring(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
     """Ring all-reduce = reduce-scatter + all-gather; bandwidth-optimal, 2(N-1) latency steps.
 
-    Memory passes count like bytes on the wire: the input is read once, where its chunks are first
-    sent or reduced, and the result written once, chunk by chunk (no copy of x, no concatenate).
+    `allreduce_ring_plain` with memory passes counted like bytes on the wire: the input is read
+    once, where its chunks are first sent or reduced, and the result written once, chunk by chunk
+    (no copy of x, no concatenate).
     """
     out = np.empty_like(x)
     mine = np.array_split(x.reshape(-1), comm.world_size)  # N chunks, sizes differ by ≤ 1
     result = np.array_split(out.reshape(-1), comm.world_size)  # views of the result
-    reduce_scatter_ring(comm, mine, op, out=result)  # result[rank] now holds chunk `rank` reduced
+    reduce_scatter_ring_into(comm, mine, result, op)  # result[rank]: chunk `rank` reduced
     all_gather_ring(comm, result, copy_into=True)  # and every other chunk arrives into the result
     return out

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from ... import kernels
 from ...collectives import allreduce
-from ...collectives.ring import all_gather_ring, reduce_scatter_ring
+from ...collectives.ring import all_gather_ring, reduce_scatter_ring, reduce_scatter_ring_into
 
 PARAMETERS = ("fc1.weight", "fc1.bias", "fc2.weight", "layernorm.weight", "layernorm.bias")
 
@@ -66,7 +66,7 @@ class SequenceParallelNorm(torch.autograd.Function):
             if n == 1:
                 add_and_normalise(pieces[0], np.zeros_like(pieces[0]))
             else:
-                reduce_scatter_ring(comm, pieces, "sum", out=result, last=add_and_normalise)
+                reduce_scatter_ring_into(comm, pieces, result, "sum", last=add_and_normalise)
                 all_gather_ring(comm, result, copy_into=True)  # every rank gets every row
         ctx.comm, ctx.eps, ctx.sync, ctx.mine = comm, eps, sync, mine
         ctx.save_for_backward(torch.from_numpy(saved["sum"]), weight, bias)
