@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -25,10 +25,6 @@ class Event:
     chunk: tuple[int, int] | None = None
     collective: str = ""  # e.g. "allreduce/ring"
     via: str = ""  # the transport that carried it: "grpc", "shm", "local", "mpi", ...
-
-    @property
-    def duration(self) -> float:
-        return self.t_end - self.t_start
 
     def __str__(self) -> str:
         lo, hi = self.chunk or (0, 0)
@@ -144,9 +140,6 @@ class Trace:
         return (f"Trace({len(self.events)} messages, "
                 f"{format_bytes(sum(e.nbytes for e in self.events))}, "
                 f"steps {self.steps()}{more})")
-
-    def to_dicts(self) -> list[dict]:
-        return [asdict(e) for e in self.events]
 
     def to_chrome_trace(self, path: str | Path) -> Path:
         """Write Chrome trace-event JSON (open in https://ui.perfetto.dev):

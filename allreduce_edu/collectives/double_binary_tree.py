@@ -21,7 +21,8 @@ import numpy as np
 from ..comm.base import check_array
 from ..model import portsim
 from ..model.links import Link
-from .registry import allreduce_algorithm, check_op, reduce_into
+from ..ops import check_op
+from .registry import allreduce_algorithm, reduce_into
 
 # K chunks per tree cost about 4K·α per port but shorten the pipeline's fill and drain, so the
 # model's time is least for K of order sqrt(S·β / α): K = sqrt(S / PIPELINE_BYTES), with
@@ -157,7 +158,7 @@ def schedule(world_size: int, chunks: int) -> list[tuple[int, str, int, int, int
 def double_binary_tree(comm, x, op: str = "sum", chunks: int | None = None) -> np.ndarray:
     """The algorithm with `chunks` per tree (default: pipeline_chunks for its size and links);
     one collective."""
-    check_op(comm, op)
+    check_op(op, comm.rank)
     x = check_array(x, f"allreduce input on rank {comm.rank}")
     link = link_between_nodes(comm)
     with comm.collective("allreduce", algorithm="double_binary_tree", op=op, dtype=x.dtype,

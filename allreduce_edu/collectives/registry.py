@@ -20,8 +20,7 @@ import numpy as np
 
 from ..comm.base import check_array
 from ..model import costmodel
-from ..ops import OPS
-from ..ops import check_op as _check_op
+from ..ops import OPS, check_op
 
 # ranks on a ring, around rank 0, by bit count, as a cube, two trees in two colours, on a circle
 LAYOUTS = ("ring", "star", "tree", "hypercube", "double_tree", "circle")
@@ -64,10 +63,6 @@ def describe(name: str) -> Algorithm | None:
     return DESCRIPTIONS.get(name) or DESCRIPTIONS.get(name.rpartition("/")[2])
 
 
-def check_op(comm, op: str) -> str:
-    return _check_op(op, comm.rank)
-
-
 def check_root(comm, root) -> int:
     if not isinstance(root, (int, np.integer)) or not 0 <= root < comm.world_size:
         raise ValueError(f"rank {comm.rank}: root={root!r} is outside the world: valid roots are "
@@ -95,7 +90,7 @@ def allreduce_algorithm(name: str, *, layout: str = "ring", phases: tuple[str, .
     def register(body):
         @functools.wraps(body)
         def allreduce_with(comm, x, op: str = "sum") -> np.ndarray:
-            check_op(comm, op)
+            check_op(op, comm.rank)
             x = check_array(x, f"allreduce input on rank {comm.rank}")
             with comm.collective("allreduce", algorithm=name, op=op, dtype=x.dtype, shape=x.shape):
                 return body(comm, x, op)

@@ -110,4 +110,3 @@ FP16 = _FP16("fp16", 16)
 BF16 = _BF16("bf16", 16)
 FP8 = _FP8("fp8_e4m3", 8)
 SIGN = _Sign("sign", 1)
-CODECS = {c.name: c for c in (FP16, BF16, FP8, SIGN)}
