@@ -15,6 +15,7 @@ other system `portable`.
 
 from __future__ import annotations
 
+import socket
 from typing import Protocol, runtime_checkable
 
 ENV = "ALLREDUCE_EDU_SHM_BACKEND"
@@ -97,7 +98,20 @@ class Listener(Protocol):
         ...
 
     def close(self) -> None:
+        """Stop listening; an `accept` waiting in another thread raises OSError at once where
+        the system can wake it (close_listening), else within its `timeout`."""
         ...
+
+
+def close_listening(sock: socket.socket) -> None:
+    """Close a listening socket and wake a thread waiting in its accept: closing alone wakes
+    nobody, so a rank's close would wait out the acceptor's whole TICK; shutting it down first
+    does, on Linux (elsewhere it may refuse: the acceptor then sees the close within its TICK)."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # not connected (macOS, Windows): nothing to wake it with
+    sock.close()
 
 
 @runtime_checkable

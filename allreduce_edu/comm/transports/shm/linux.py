@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 from ...wire import WireError
-from .backend import FRAME_BYTES, POLL_SLICE
+from .backend import FRAME_BYTES, POLL_SLICE, close_listening
 
 try:
     import fcntl
@@ -198,7 +198,7 @@ class Listener:
             return None
 
     def close(self) -> None:
-        self._sock.close()
+        close_listening(self._sock)
 
 
 def _seqpacket() -> socket.socket:

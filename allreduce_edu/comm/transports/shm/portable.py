@@ -30,6 +30,7 @@ import time
 
 import numpy as np
 
+from .backend import close_listening
 from .stream import StreamChannel
 
 PREFIX = "allreduce-edu-"
@@ -172,7 +173,7 @@ class Listener:
         return Dialler(sock, address)
 
     def close(self) -> None:
-        self._sock.close()
+        close_listening(self._sock)
 
 
 class Portable:
