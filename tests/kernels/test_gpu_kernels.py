@@ -31,8 +31,12 @@ SAME = ("test_layernorm_matches_reference", "test_rmsnorm_matches_reference",
         "test_hidden_one_gives_beta", "test_nan_poisons_only_its_row", "test_zero_rows",
         "test_non_contiguous_and_read_only_inputs", "test_add_layernorm_matches_reference",
         "test_add_layernorm_in_place")
+# every simulated thread is a Python thread: a kernel launch on the simulator takes a second or so, so
+# these runs are marked `processes` (out of the quick loop; CI runs them). The quick loop keeps one
+# simulated launch (test_numba_cpu_kernels_still_run_beside_the_simulator) and every argument check.
+on_the_simulator = pytest.mark.processes
 for _name in SAME:
-    globals()[_name] = getattr(cpu, _name)
+    globals()[_name] = on_the_simulator(getattr(cpu, _name))
 # the CPU's bad-argument table, less sum_layernorm's rows (the GPU has no k-partials kernel)
 BAD = [p for p in cpu.test_bad_arguments.pytestmark[0].args[1] if "k >= 1" not in p[2]]
 
@@ -73,6 +77,7 @@ def test_numba_cpu_kernels_still_run_beside_the_simulator():
     np.testing.assert_allclose(gpu.layernorm(x), kernels.layernorm(x), rtol=1e-12, atol=1e-12)
 
 
+@on_the_simulator
 @pytest.mark.parametrize("threads", [1, 2, 8, 32])
 def test_any_power_of_two_threads_per_row(threads):
     x = np.random.default_rng(2).standard_normal((2, 37)) + 100  # 37: threads own unequal columns
@@ -80,6 +85,7 @@ def test_any_power_of_two_threads_per_row(threads):
                                rtol=1e-11, atol=1e-11)
 
 
+@on_the_simulator
 def test_device_arrays_stay_on_the_device():
     x = np.random.default_rng(3).standard_normal((3, 2, 24)).astype(np.float32)
     gamma, beta = np.full(24, 2.0, np.float32), np.full(24, -1.0, np.float32)
