@@ -37,6 +37,7 @@ class CollectiveRequest:
         self.nbytes = int(getattr(args[0], "nbytes", 0)) if args else 0
         self.t_issued, self.t_start, self.t_end = time.perf_counter(), None, None
         self._done, self._result, self._error = threading.Event(), None, None
+        self._heard = False  # someone has waited for it (or been told of its error)
 
     def __repr__(self) -> str:
         state = "done" if self.done() else "running" if self.t_start else "queued"
@@ -57,9 +58,27 @@ class CollectiveRequest:
             if deadline is not None and time.monotonic() > deadline:
                 raise CollectiveTimeout(f"rank {self.comm.rank}: {self.name} not finished "
                                         f"within {timeout:g} s ({self!r})")
+        self._heard = True
         if self._error is not None:
             raise self._error
         return self._result
+
+    def settle(self) -> None:
+        """Wait until it has run (every message's deadline bounds this), taking nothing."""
+        while not self._done.wait(0.1) and self._progress.thread.is_alive():
+            pass
+
+    def unwaited_error(self, peek: bool = False):
+        """Its error, if it failed and nobody waited for it; then it counts as heard (unless
+        `peek`)."""
+        if not self.done() or self._heard or self._error is None:
+            return None
+        if not peek:
+            self._heard = True
+            if hasattr(self._error, "add_note"):  # Python 3.11+
+                self._error.add_note(f"raised by {self.name}, a non-blocking collective nobody "
+                                     f"waited for, on rank {self.comm.rank}")
+        return self._error
 
     def execute(self) -> None:
         """Run it (on the communication thread), keeping its result or its error."""

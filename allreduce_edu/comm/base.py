@@ -234,10 +234,11 @@ class Communicator(Comm):
                 self._courier = Courier(f"courier-{self.rank}")
             return self._courier
 
-    def drain(self) -> None:
-        """Wait for every non-blocking collective this rank issued (their errors stay theirs)."""
+    def drain(self, report: bool = True) -> None:
+        """Wait for every non-blocking collective this rank issued; raise the first error nobody
+        waited for (comm.progress.Progress.drain)."""
         if self._progress is not None:
-            self._progress.drain()
+            self._progress.drain(report)
 
     # --- lifecycle (called by the Cluster) ------------------------------------------------
     def begin_run(self, epoch: int) -> None:

@@ -50,8 +50,10 @@ def execute(comm, run_id: int, payload: bytes, output: io.StringIO) -> Report:
         fn, args, kwargs = cloudpickle.loads(payload)
         try:
             value = fn(comm, *args, **kwargs)
-        finally:  # non-blocking collectives still running finish here, not in the next run
-            comm.drain()
+        except BaseException:  # its own error is the run's; requests still running finish here
+            comm.drain(report=False)
+            raise
+        comm.drain()  # they finish here, not in the next run; a failure nobody waited for is raised
         report = Report(comm.rank, run_id, value=value)
     except BaseException as e:  # noqa: BLE001 - everything goes to the caller, with its traceback
         report = Report(comm.rank, run_id, error=e, traceback=traceback.format_exc(), kind="error")

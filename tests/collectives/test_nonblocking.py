@@ -173,3 +173,44 @@ def test_a_failing_plain_recv_names_no_collective_it_was_not_part_of(transport):
         cluster_for(transport, 2).run(_late_p2p_during_a_collective)
     text = str(raised.value)
     assert "(plain recv)" in text and "allreduce" not in text
+
+
+@pytest.mark.parametrize("how", ["unknown algorithm", "ranks disagree"])
+def test_a_failure_nobody_waited_for_fails_the_run_and_the_cluster_still_works(transport, how):
+    def never_waited(comm):
+        if how == "unknown algorithm":
+            ae.iallreduce(comm, np.ones(3), algorithm="nope")
+        else:
+            ae.iallreduce(comm, np.ones(3), op="max" if comm.rank == 0 else "sum")
+        return "the run returned"
+
+    cluster = cluster_for(transport, 4)
+    words = "unknown algorithm 'nope'" if how == "unknown algorithm" else "rank 0 called allreduce"
+    with pytest.raises((ValueError, ae.CollectiveMismatch), match=words) as raised:
+        cluster.run(never_waited)
+    if transport == "local" and hasattr(raised.value, "add_note"):  # 3.11+: the rank's own error
+        assert any("nobody waited for" in note for note in raised.value.__notes__)
+    assert cluster.run(lambda comm: ae.allreduce(comm, np.ones(2)).tolist())[0] == [4.0, 4.0]
+
+
+def test_a_failure_nobody_waited_for_is_raised_by_the_next_call_and_only_once():
+    def next_call(comm):
+        ae.iallreduce(comm, np.ones(3), algorithm="nope")
+        try:
+            ae.allreduce(comm, np.ones(2))  # the next call hears of it
+        except ValueError as e:
+            heard = str(e)
+        return heard, ae.allreduce(comm, np.ones(2)).tolist()  # once heard, never again
+
+    for heard, after in cluster_for("local", 2).run(next_call):
+        assert "unknown algorithm 'nope'" in heard and after == [2.0, 2.0]
+
+
+def test_a_failure_that_was_waited_for_is_not_raised_again():
+    def waited(comm):
+        request = ae.iallreduce(comm, np.ones(3), algorithm="nope")
+        with pytest.raises(ValueError):
+            request.wait()
+        return ae.allreduce(comm, np.ones(1)).tolist()
+
+    assert cluster_for("local", 2).run(waited) == [[2.0], [2.0]]
