@@ -104,9 +104,8 @@ class Lighthouse:
         self._gathers: dict[tuple, dict[str, object]] = {}  # (kind, quorum id, ...) -> values
         self._decided: dict[tuple, dict | None] = {}  # the first outcome of each gather, kept
         # a thread per waiting call: every replica may wait in Quorum and heartbeat at once
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=64,
-                                                              thread_name_prefix="lighthouse"),
-                                   interceptors=[TokenInterceptor(self.token)],
+        self._serving = futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="lighthouse")
+        self._server = grpc.server(self._serving, interceptors=[TokenInterceptor(self.token)],
                                    options=SERVER_OPTIONS)
         serves = {"Heartbeat": self._serve_heartbeat, "Quorum": self._serve_quorum,
                   "Connect": self._serve_connect, "Commit": self._serve_commit}
@@ -134,6 +133,7 @@ class Lighthouse:
         """Stop serving (waits already running are answered with UNAVAILABLE)."""
         self._closed.set()
         self._server.stop(grace=0.2).wait(2)
+        self._serving.shutdown(wait=True, cancel_futures=True)  # grpc's stop leaves them idle
         self._ticker.join(2)
 
     def _checked(self, name: str, serve):

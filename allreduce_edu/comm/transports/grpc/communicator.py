@@ -80,10 +80,11 @@ class GrpcCommunicator(Communicator):
         self.streams: dict[int, PeerLink] = {}  # the gRPC link to every peer
         self.routes: dict = {}  # peer -> the link its messages take (gRPC, or shared memory)
         self.transport = "grpc" if nearby is None else "shm"
-        self._server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=world_size + 8,
-                                       thread_name_prefix=f"rank{rank}-server"),
-            interceptors=[TokenInterceptor(token)], options=SERVER_OPTIONS)
+        # the server's threads: kept, so that close() ends them (grpc's stop() leaves them idle)
+        self._serving = futures.ThreadPoolExecutor(max_workers=world_size + 8,
+                                                   thread_name_prefix=f"rank{rank}-server")
+        self._server = grpc.server(self._serving, interceptors=[TokenInterceptor(token)],
+                                   options=SERVER_OPTIONS)
         self._server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(SERVICE, {
             "Exchange": grpc.stream_unary_rpc_method_handler(
                 self._serve_exchange, response_serializer=pb.ExchangeSummary.SerializeToString),
@@ -181,6 +182,7 @@ class GrpcCommunicator(Communicator):
         for link in self.streams.values():
             link.close()
         self._server.stop(grace=0.2).wait(2)
+        self._serving.shutdown(wait=True, cancel_futures=True)  # no server thread outlives close
 
     # --- the server side --------------------------------------------------------------------
     def _serve_ping(self, request, context):
