@@ -16,6 +16,7 @@ from .collectives import ALGORITHMS, allreduce
 from .runtime import Cluster, launch, limits
 from .runtime.cluster import TRANSPORTS
 from .runtime.limits import check_world_size
+from .runtime.rules import check
 from .trace import format_bytes
 from .version import __version__
 
@@ -66,6 +67,7 @@ def lessons(args, parser) -> int:
             print(f"  {name}: {verdict}")
         return 1 if any(problems for _, problems, _ in results) else 0
     try:
+        check("lessons DIR", args.dir)
         report = course.copy_lessons(args.dir, args.reset)
     except ValueError as e:
         parser.error(str(e))
@@ -275,23 +277,25 @@ def plan(args):
         raise ValueError(f"-b {args.minbytes} is larger than -e {args.maxbytes}: "
                          f"the sizes run from -b up to -e")
     sizes = bench.sweep(args.minbytes, args.maxbytes, args.stepfactor)
+    if args.json:
+        check("--json", args.json)  # before the run, not after it
     links = None
     if args.testbed or args.links:
-        from .model.links import Links
         from .runtime.testbed import TESTBED
         if args.topology:
             raise ValueError("--links/--testbed are one level of links: drop --topology")
-        links = Links.flat(*args.links.split(",", 1)) if args.links else TESTBED
+        links = check("--links", args.links) if args.links else TESTBED
         args.transport = "shm" if args.testbed else args.transport
     if args.topology:
         from .model.links import Links, parse_topology
         nodes, per_node = parse_topology(args.topology)
-        links = Links.two_level(per_node, args.intra_link, args.inter_link)
+        links = check("--links", Links.two_level(per_node, args.intra_link, args.inter_link))
         args.world_size = nodes * per_node
     if links is not None and args.peer:
         raise ValueError("--peer times an engine's own network: "
                          "it cannot cross the emulated --topology or --links")
     check_world_size(args.world_size, TRANSPORTS[args.transport].processes, what="-n")
+    check("-e", args.maxbytes, args.world_size)  # the largest message, on every rank
     return lambda: bench.command(args, algorithms, sizes, links)
 
 

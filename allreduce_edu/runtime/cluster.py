@@ -13,6 +13,7 @@ from ..trace import Trace
 from .failures import abort_error, print_outputs, root_cause
 from .limits import check_world_size
 from .processes import GUARD_HINT
+from .rules import check
 from .transports import TRANSPORTS
 from .transports import transport as transport_row
 from .worker import GRACE, Report
@@ -41,8 +42,9 @@ class Cluster:
                                + GUARD_HINT)
         row = transport_row(transport)
         check_world_size(world_size, row.processes, max_ranks)
-        if not timeout > 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        # every value checked before a rank starts (runtime/rules.py)
+        timeout, host, links = (check("timeout", timeout), check("host", host),
+                                check("links", links))
         self.world_size, self.transport, self._row = world_size, transport, row
         self.timeout, self.host = timeout, host
         self.tls, self.links = tls, links

@@ -20,6 +20,7 @@ import time
 
 from .osfacts import new_group, signal_name, stop_group
 from .rendezvous import ENV, local_address, read_token
+from .rules import check
 from .transports import TRANSPORTS
 from .worker import GRACE
 
@@ -37,9 +38,14 @@ def _checked(nproc: int, nnodes: int, node_rank: int, rendezvous: str | None, ho
         raise ValueError(f"several nodes need one shared token: put the same secret in {ENV}TOKEN "
                          f"(or a file named by {ENV}TOKEN_FILE) on every node, "
                          f"e.g. `export {ENV}TOKEN=$(openssl rand -hex 16)`")
-    master, _, port = (rendezvous or "").rpartition(":")
-    master = master.strip("[]") or host or "127.0.0.1"
-    if nnodes > 1 and not (port.isdigit() and int(port) > 0):
+    if host is not None:
+        check("--host", host)
+    if rendezvous:
+        master, number = check("--rendezvous", rendezvous)
+        port = str(number or "")
+    else:
+        master, port = host or "127.0.0.1", ""
+    if nnodes > 1 and not port:
         raise ValueError(f"--rendezvous {rendezvous!r} needs a port, the same on every node, "
                          f"e.g. {master}:29500")
     return token, master, port
@@ -48,6 +54,8 @@ def _checked(nproc: int, nnodes: int, node_rank: int, rendezvous: str | None, ho
 def check_arguments(args) -> None:
     """ValueError, before anything starts, for `allreduce-edu launch` options that cannot work."""
     _checked(args.nproc_per_node, args.nnodes, args.node_rank, args.rendezvous, args.host)
+    check("--timeout", args.timeout)
+    check("--rendezvous-timeout", args.rendezvous_timeout)
     if not args.module and not os.path.isfile(args.script):
         raise ValueError(f"no script {args.script!r} here: give the path of the file every rank "
                          f"runs (or -m and a module)")
@@ -59,6 +67,8 @@ def launch(argv: list[str], nproc: int, nnodes: int = 1, node_rank: int = 0,
     """Run `python *argv` as ranks node_rank·nproc ... node_rank·nproc + nproc-1; 0 if all succeed,
     else the first failing rank's exit code (the other ranks are stopped at once)."""
     token, master, port = _checked(nproc, nnodes, node_rank, rendezvous, host)
+    timeout = check("--timeout", timeout)
+    rendezvous_timeout = check("--rendezvous-timeout", rendezvous_timeout)
     port = int(port or 0) or _free_port(master)
     host = host or (master if node_rank == 0 else local_address(master))
     env = dict(os.environ, WORLD_SIZE=str(nnodes * nproc), LOCAL_WORLD_SIZE=str(nproc),
