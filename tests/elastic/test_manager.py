@@ -85,3 +85,22 @@ def test_a_learners_allreduce_and_a_vetoed_step():
     after = [e for e in log if e[2] and e[1] == 5]
     assert len({e[3] for e in after}) == 1 and after[0][3] > vetoed[0][3], "a fresh world after"
     assert len({e[5] for e in log if e[1] == 6}) == 1, "both hold the same weights at the end"
+
+
+def test_a_replica_whose_lighthouse_is_gone_backs_off_instead_of_spinning(monkeypatch):
+    from allreduce_edu.training.elastic import manager as module
+
+    waits = []
+    monkeypatch.setattr(module, "back_off", waits.append)  # what it would wait, not waited
+    with Lighthouse(min_replicas=1) as lighthouse:
+        manager = Manager("r0", lighthouse.address, lighthouse.token, lambda: [np.zeros(2)],
+                          lambda arrays: None, timeout=2.0, quorum_timeout=2.0)
+    try:  # the Lighthouse has closed: every quorum call fails, and each waits longer first
+        for _ in range(8):
+            manager.start_quorum()
+            manager.allreduce(np.ones(2))
+            assert not manager.should_commit()
+        assert manager.lighthouse_failures == 8
+        assert waits == [module.BACKOFF_FIRST * 2 ** k for k in range(6)] + [module.BACKOFF_MOST]
+    finally:
+        manager.close()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -34,6 +35,11 @@ from ...comm.errors import CollectiveError, CollectiveTimeout, RankFailure
 from ...runtime.transports import TRANSPORTS
 from .lighthouse import LighthouseClient
 from .quorum import heal_plan
+
+# a step whose quorum call found no Lighthouse waits before asking again, doubling each time: a
+# training loop must not spin through failed steps while the Lighthouse is away
+BACKOFF_FIRST, BACKOFF_MOST = 0.05, 2.0
+back_off = time.sleep  # how it waits (a test records the waits instead)
 
 
 def state_digest(arrays) -> np.ndarray:
@@ -79,6 +85,7 @@ class Manager:
         self.healing = False
         self.healed_from: str | None = None  # the member this step's state came from
         self.ports: list[int] = []  # every port a communicator of this replica listened on
+        self.lighthouse_failures = 0  # quorum calls in a row the Lighthouse did not answer
         self.errors: list[BaseException] = []  # this step's
         self._errored = False  # the last step failed: ask for a fresh world
         self._pending = None  # (arrays, step, digest) received while healing
@@ -162,8 +169,15 @@ class Manager:
 
     # --- the background part: quorum, world, healing -------------------------------------
     def _quorum_and_heal(self, round_: int) -> None:
-        reply = self._client.call("Quorum", self.quorum_timeout, step=self.step,
-                                  errored=self._errored)
+        if self.lighthouse_failures:  # the Lighthouse was away: wait longer each time (≤ 2 s)
+            back_off(min(BACKOFF_MOST, BACKOFF_FIRST * 2 ** (self.lighthouse_failures - 1)))
+        try:
+            reply = self._client.call("Quorum", self.quorum_timeout, step=self.step,
+                                      errored=self._errored)
+        except RankFailure:  # unreachable (a timeout already took its time)
+            self.lighthouse_failures += 1
+            raise
+        self.lighthouse_failures = 0
         self._errored = False
         members = [rid for rid, _ in reply["members"]]
         steps = {rank: step for rank, (_, step) in enumerate(reply["members"])}
