@@ -44,3 +44,14 @@ def test_stubs_and_runtime_pins_agree():
     pb2 = (ROOT / "allreduce_edu/_proto/rank_pb2.py").read_text()
     protobuf = re.search(r"# Protobuf Python Version: ([\d.]+)", pb2)[1]
     assert f"protobuf>={protobuf}" in _spec(next(s for s in project["dependencies"] if _name(s) == "protobuf"))
+
+
+def test_the_exercises_texts_ship_in_the_wheel():
+    """Every lesson's exercise texts (exercises/lessonNN.toml) are package data, and Python 3.10 gets
+    the TOML reader that 3.11 has built in."""
+    setup = (ROOT / "setup.py").read_text()
+    assert '"allreduce_edu.exercises": ["*.toml"]' in setup
+    texts = sorted((ROOT / "allreduce_edu/exercises").glob("lesson*.toml"))
+    assert len(texts) == len(sorted((ROOT / "allreduce_edu/exercises").glob("lesson[0-9][0-9].py")))
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert any(_name(d) == "tomli" and "python_version<'3.11'" in _spec(d) for d in project["dependencies"])

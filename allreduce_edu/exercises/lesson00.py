@@ -9,6 +9,7 @@ from .feedback import Feedback, failed, passed
 from .harness import run_on_ranks
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - the notebook's
 from .spec import Blank, Slip, number
+from .texts import message
 
 number("00.1", module=__name__, blanks=(Blank("my_prediction", key="[60.0, 64.0, 68.0, 72.0]"),),
        inputs={"world_size": 4}, answer=lambda d: _welcome_inputs(d).sum(axis=0).tolist(),
@@ -20,8 +21,8 @@ number("00.1", module=__name__, blanks=(Blank("my_prediction", key="[60.0, 64.0,
         Slip([_welcome_inputs(d).sum()] * 4, "adds-every-element"),
         *[Slip(x.tolist(), "one-rank-own") for x in _welcome_inputs(d)],
     ],
-       otherwise=lambda d, name, got: f"add up np.arange(4.0) + 10 * rank over ranks "
-                                   f"0..{d.world_size - 1}, element by element.",
+       otherwise=lambda d, name, got: message(__name__, "00.1", "add-up-np",
+                                              element=d.world_size - 1),
        exact=True,
        values=lambda d: {"total": _welcome_inputs(d).sum(axis=0).tolist(),
                          "last": d.world_size - 1})
@@ -44,25 +45,24 @@ def check_average(fn, world_size: int = 3) -> Feedback:
     total, mean = sum(grads), sum(grads) / world_size
     for rank, (result, unchanged) in enumerate(results):
         if result is None:
-            return failed(f"rank {rank} returned None: return the average.")
+            return failed(message(__name__, "00.2", "rank-rank-returned", rank=rank))
         result = np.asarray(result, dtype=float)
         if result.shape == mean.shape and np.allclose(result, grads[rank]) and world_size > 1:
-            return failed(f"rank {rank} returned its own gradient {grads[rank].tolist()}: the "
-                          f"ranks must combine theirs first, with a collective.")
+            return failed(message(__name__, "00.2", "rank-rank-returned-2", rank=rank,
+                                  gradient=grads[rank].tolist()))
         if result.shape == mean.shape and np.allclose(result, total):
-            return failed(f"rank {rank} got the sum {total.tolist()}: an all-reduce with "
-                          f'op="sum" adds; the average also divides, by the number of ranks.')
+            return failed(message(__name__, "00.2", "rank-rank-got", rank=rank,
+                                  sum=total.tolist()))
         if result.shape != mean.shape or not np.allclose(result, mean):
-            return failed(f"rank {rank} got {result.tolist()}, expected the average "
-                          f"{mean.tolist()} of the {world_size} ranks' gradients "
-                          f"({', '.join(str(g.tolist()) for g in grads)}).")
+            return failed(message(__name__, "00.2", "rank-rank-got-2", rank=rank,
+                                  expected=result.tolist(),
+                                  average=mean.tolist(),
+                                  world_size=world_size,
+                                  listed=', '.join(str(g.tolist()) for g in grads)))
         if not unchanged:
-            return failed(f"rank {rank} returned the right average but changed grad in place: "
-                          f"return a new array and leave grad as it was (training still "
-                          f"needs it).")
-    return passed(f"all {world_size} ranks got {mean.tolist()}, the average of their gradients, "
-                  f"with their own grad untouched: one all-reduce and a division per step is "
-                  f"data-parallel training's whole communication (lesson 08).")
+            return failed(message(__name__, "00.2", "rank-rank-returned-3", rank=rank))
+    return passed(message(__name__, "00.2", "all-world-size", world_size=world_size,
+                          got=mean.tolist()))
 
 
 def _gradient(rank: int) -> np.ndarray:

@@ -10,6 +10,7 @@ from .feedback import Feedback, failed, passed
 from .harness import run_on_ranks
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - the notebook's
 from .spec import REQUIRED, Blank, Slip, choice, number
+from .texts import message
 
 # a laptop's raw gRPC transport, typically (lessons 00-02 quote this pair; 01 measures your own)
 TYPICAL_ALPHA, TYPICAL_BETA = 0.5e-3, 1 / 1e9  # 0.5 ms per message, 1 GB/s
@@ -30,8 +31,9 @@ number("01.1", module=__name__,
         Slip(d.alpha, "alone-every-message"),
         Slip(d.messages * d.nbytes / d.beta, "check-units-seconds"),
     ],
-       otherwise=lambda d, name, got: f"one message costs α + n·β; you are off by a factor "
-                                   f"{got / (d.messages * (d.alpha + d.nbytes * d.beta)):.2f}.",
+       otherwise=lambda d, name, got: message(
+           __name__, "01.1", "one-message-costs",
+           factor=got / (d.messages * (d.alpha + d.nbytes * d.beta))),
        values=lambda d: {"ms": d.messages * (d.alpha + d.nbytes * d.beta) * 1e3,
                          "extra": d.messages - 1, "extra_ms": (d.messages - 1) * d.alpha * 1e3})
 
@@ -44,25 +46,21 @@ def check_echo(fn) -> Feedback:
         results, failure = run_on_ranks(cluster, fn)
         if failure:
             e = failure.error
-            hint = (" Do both ranks use the same tag for each message?"
+            hint = (message(__name__, "01.2", "do-both-ranks")
                     if isinstance(e, CollectiveTimeout) else "")
             rank = "" if failure.rank is None else f" on {failure.on}"
             return failed(f"your function raised {type(e).__name__}{rank}: {e}{hint}")
         tags = {(ev.src, ev.dst) for ev in cluster.trace.events}
     if (0, 1) not in tags:
-        return failed("rank 0 never sent anything to rank 1: use comm.send(1, np.arange(5), "
-                      "tag=...).")
+        return failed(message(__name__, "01.2", "rank-0-never"))
     if (1, 0) not in tags:
-        return failed("rank 1 never answered: after comm.recv(0, ...), send 2 * x back to "
-                      "rank 0.")
+        return failed(message(__name__, "01.2", "rank-1-never"))
     got = None if results[0] is None else np.asarray(results[0]).tolist()
     if got == list(range(5)):
-        return failed("rank 0 got [0, 1, 2, 3, 4] back: rank 1 must send 2 * x, not x.")
+        return failed(message(__name__, "01.2", "rank-0-got"))
     if got != [0, 2, 4, 6, 8]:
-        return failed(f"rank 0 returned {got}; it should return what rank 1 sent back: "
-                      f"[0, 2, 4, 6, 8].")
-    return passed("two messages crossed the wire: 40 bytes each way (5 int64), and rank 0 holds "
-                  "[0, 2, 4, 6, 8].")
+        return failed(message(__name__, "01.2", "rank-0-returned", got=got))
+    return passed(message(__name__, "01.2", "two-messages-crossed"))
 
 
 def _laptop(alpha: float, beta: float, yours: bool) -> str:

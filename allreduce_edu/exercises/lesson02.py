@@ -16,6 +16,7 @@ from .feedback import Feedback, failed, passed
 from .harness import ranks_text, result_problem, run_learner
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - the notebook's
 from .spec import MIB, Blank, Slip, choice, number
+from .texts import message
 
 
 @exercise("02.1", kind="code", function="my_naive_allreduce",
@@ -39,28 +40,24 @@ def check_naive_allreduce(fn, world_sizes=(3, 4), shapes=((10,), (100_003,)),
                     return failed(f"{n} ranks, x of shape {shape}: {problem}")
                 root_bytes = sum(e.nbytes for e in cluster.trace.events if e.dst == 0)
     s = int(np.prod(shapes[-1])) * 8
-    return passed(f"your naive all-reduce matches NumPy on {' and '.join(map(str, world_sizes))} "
-                  f"gRPC ranks. With {n} ranks and S = {s} bytes the root received {n - 1} "
-                  f"messages, {root_bytes} bytes = (N−1)·S, and sent as many; every other rank "
-                  f"sent S once.")
+    return passed(message(__name__, "02.1", "naive-all-reduce",
+                          listed=' and '.join(map(str, world_sizes)), n=n, s=s,
+                          messages=n - 1, root_bytes=root_bytes))
 
 
 def _naive_explain(n: int):
     def explain(trace, error) -> str | None:
         for e in trace.events:
             if e.src != 0 and e.dst != 0:
-                return (f"rank {e.src} sent a message to rank {e.dst}: in the naive all-reduce "
-                        f"every rank talks only to the root, rank 0.")
+                return (message(__name__, "02.1", "rank-src-sent", src=e.src, dst=e.dst))
         if not isinstance(error, CollectiveTimeout):
             return None
         senders = {e.src for e in trace.events if e.dst == 0}
         silent = sorted(set(range(1, n)) - senders)
         if silent:
-            return (f"Rank(s) {silent} never sent their x to the root (with a tag the root "
-                    f"receives).")
+            return (message(__name__, "02.1", "rank-silent-never", silent=silent))
         if not any(e.src == 0 for e in trace.events):
-            return ("The root never sent the sum back: after adding everything up, send the "
-                    "total to every other rank (the broadcast half).")
+            return (message(__name__, "02.1", "root-never-sent-2"))
         return None
     return explain
 
@@ -70,54 +67,46 @@ def _naive_problem(reports, trace, n: int, shape) -> str | None:
     for rank in range(1, n):
         for dst, *_ in reports[rank]["sends"]:
             if dst != 0:
-                return (f"rank {rank} sent a message to rank {dst}: in the naive all-reduce every "
-                        f"rank talks only to the root, rank 0.")
+                return (message(__name__, "02.1", "rank-rank-sent-3", rank=rank, dst=dst))
     for rank in range(1, n):
         sends = reports[rank]["sends"]
         if not sends:
-            return f"rank {rank} never sent its x to the root: comm.send(0, x, tag=...)."
+            return message(__name__, "02.1", "rank-rank-never", rank=rank)
         if len(sends) > 1:
-            return f"rank {rank} sent {len(sends)} messages to the root; it sends its x once."
+            return message(__name__, "02.1", "rank-rank-sent", rank=rank, count=len(sends))
         counts = sends[0][4]
         if counts != tuple(int(r == rank) for r in range(n)):
-            return f"rank {rank} sent something other than its own x to the root: send x itself."
+            return message(__name__, "02.1", "rank-rank-sent-2", rank=rank)
     root = reports[0]["sends"]
     if not root:
-        return ("the root never sent the sum back, so the other ranks only have their own data: "
-                "after adding everything up, send the total to every other rank (that is the "
-                "broadcast half).")
+        return (message(__name__, "02.1", "root-never-sent"))
     got = sorted(dst for dst, *_ in root)
     if got != list(range(1, n)):
         missing = sorted(set(range(1, n)) - set(got))
         if missing:
-            return (f"the root sent the sum to ranks {got} but not to {missing}: send it to every "
-                    f"rank 1..N-1.")
-        return (f"the root sent {len(root)} messages to ranks {got}: send the sum once to each "
-                f"other rank.")
+            return (message(__name__, "02.1", "root-sent-sum", got=got, missing=missing))
+        return (message(__name__, "02.1", "root-sent-count", count=len(root), got=got))
     for dst, _, _, position, counts in root:
         if counts is None or position != 0:
-            return (f"the root sent rank {dst} something that is not the sum of whole x's: send "
-                    f"the total.")
+            return (message(__name__, "02.1", "root-sent-rank", dst=dst))
         if counts[0] == 0:
-            return (f"the root sent rank {dst} a sum without its own x: start from the root's x "
-                    f"(total = x.copy()), then add what arrives.")
+            return (message(__name__, "02.1", "root-sent-rank-2", dst=dst))
         if counts != (1,) * n:
-            return (f"the root sent rank {dst} the data of {ranks_text(counts)}: receive from "
-                    f"every other rank, and add each x exactly once, before you send.")
+            return (message(__name__, "02.1", "root-sent-rank-3", dst=dst,
+                            ranks_text=ranks_text(counts)))
     into_root = sum(1 for e in trace.events if e.dst == 0)
     if into_root != n - 1:
-        return f"the root received {into_root} messages; with {n} ranks it receives N−1 = {n - 1}."
+        return message(__name__, "02.1", "root-received-into", into_root=into_root, n=n,
+                       value=n - 1)
     for rank in range(n):
         problem = result_problem(rank, reports[rank]["result"], n, shape)
         if problem:
             return problem
     for rank in range(n):
         if reports[rank]["modified"]:
-            hint = (" `total = x` makes total another name for x, so += writes into x: start from "
-                    "x.copy()." if rank == 0 else
-                    " Leave x as it is: send it, and return what the root sends back.")
-            return (f"rank {rank}'s input x changed during your all-reduce: the caller's data must "
-                    f"stay as it was.{hint}")
+            hint = (message(__name__, "02.1", "total-x-makes") if rank == 0 else
+                    message(__name__, "02.1", "leave-x-as"))
+            return (message(__name__, "02.1", "rank-rank-input", rank=rank, hint=hint))
     return None
 
 

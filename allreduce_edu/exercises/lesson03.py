@@ -17,6 +17,7 @@ from .harness import run_learner, time_allreduce  # noqa: F401 - time_allreduce:
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 from .ring_traffic import pipelined_problem, ring_explain, ring_problem
 from .spec import MIB, Blank, Slip, choice, number
+from .texts import message
 
 
 @exercise("03.1", kind="code",
@@ -48,11 +49,10 @@ def check_ring_allreduce(fn, world_sizes=(3, 4), shapes=((10,), (1_000_003,), (2
                 sent[n, shape] = cluster.trace.bytes_sent()
     n, shape = max(world_sizes), max(shapes, key=lambda s: int(np.prod(s)))
     s = int(np.prod(shape)) * 8
-    return passed(f"your ring matches NumPy on {' and '.join(map(str, world_sizes))} gRPC ranks, "
-                  f"for x of shapes {', '.join(map(str, shapes))}; every rank sent 2(N−1) chunks, "
-                  f"only to its right neighbour. With {n} ranks and S = {s} bytes, rank 0 sent "
-                  f"{sent[n, shape][0]} bytes; 2(N−1)/N·S = {2 * (n - 1) * s / n:.0f} (chunks "
-                  f"differ by at most one element).")
+    return passed(message(__name__, "03.1", "ring-matches-numpy",
+                          listed=' and '.join(map(str, world_sizes)),
+                          listed2=', '.join(map(str, shapes)), n=n, s=s,
+                          bytes=sent[n, shape][0], chunks=2 * (n - 1) * s / n))
 
 
 number("03.2", module=__name__,
@@ -101,9 +101,8 @@ def check_pipelined_ring(fn, world_sizes=(3,), shapes=((10,), (100_003,)), segme
                 problem = pipelined_problem(reports, cluster.trace, n, shape, segments)
                 if problem:
                     return failed(f"{n} ranks, x of shape {shape}: {problem}")
-    return passed(f"still a correct ring: every rank sent {2 * (n - 1) * segments} messages of "
-                  f"about S/({segments}N) bytes — {segments}× the messages, the same 2(N−1)/N·S "
-                  f"bytes.")
+    return passed(message(__name__, "03.3", "still-correct-ring", messages=2 * (n - 1) * segments,
+                          segments=segments))
 
 
 choice("03.4", module=__name__)
@@ -128,30 +127,29 @@ def _path(d) -> list[int]:
 
 def _owner_success(d) -> str:
     path, n, steps, chunk = _path(d), d.world_size, d.steps, d.chunk
-    rest = (f" It goes on to rank {chunk}, which adds the last part: after reduce-scatter rank r "
-            f"owns finished chunk r." if steps < n - 1 else
-            " After reduce-scatter rank r owns finished chunk r.")
-    return (f"rank {path[steps]}: chunk {chunk} starts on rank {path[0]} and travels "
-            f"{' → '.join(map(str, path[:steps + 1]))}, picking up one rank's data per hop: after "
-            f"{_count(steps, 'step')} it holds the data of {steps + 1} ranks.{rest}")
+    rest = (message(__name__, "03.0", "goes-on-rank", chunk=chunk) if steps < n - 1 else
+            message(__name__, "03.0", "after-reduce-scatter"))
+    return (message(__name__, "03.0", "rank-path-chunk", path=path[steps], chunk=chunk,
+                    path2=path[0], listed=' → '.join(map(str, path[:steps + 1])),
+                    count=_count(steps, 'step'), ranks=steps + 1, rest=rest))
 
 
 def _owner_slip(d, rank: int) -> str:
     path, n, steps, chunk = _path(d), d.world_size, d.steps, d.chunk
     hop = path.index(rank)
     if hop == 0:
-        return (f"rank {rank} is where chunk {chunk} starts (in the first step rank r sends chunk "
-                f"(r − 1) % N, and ({rank} − 1) % {n} = {chunk}). Follow it one hop to the right "
-                f"per step, for {_count(steps, 'step')}.")
+        return (message(__name__, "03.0", "rank-rank-where", rank=rank, chunk=chunk, n=n,
+                        count=_count(steps, 'step')))
     if hop < steps:
-        return (f"rank {rank} holds chunk {chunk} after {_count(hop, 'step')}, with the data of "
-                f"{hop + 1} ranks; follow it {_count(steps - hop, 'more hop')} to the right.")
+        return (message(__name__, "03.0", "rank-rank-holds", rank=rank, chunk=chunk,
+                        count=_count(hop, 'step'), ranks=hop + 1,
+                        count2=_count(steps - hop, 'more hop')))
     if hop == n - 1:
-        return (f"rank {rank} owns chunk {chunk} at the end of reduce-scatter, after all N − 1 = "
-                f"{n - 1} steps; after {_count(steps, 'step')} the chunk is still "
-                f"{_count(n - 1 - steps, 'hop')} short of it.")
-    return (f"chunk {chunk} reaches rank {rank} only after {_count(hop, 'step')}: count the hops "
-            f"again, one per step from rank {path[0]}.")
+        return (message(__name__, "03.0", "rank-rank-owns", rank=rank, chunk=chunk, steps=n - 1,
+                        count=_count(steps, 'step'),
+                        count2=_count(n - 1 - steps, 'hop')))
+    return (message(__name__, "03.0", "chunk-chunk-reaches", chunk=chunk, rank=rank,
+                    count=_count(hop, 'step'), path=path[0]))
 
 
 def _count(k: int, thing: str) -> str:

@@ -15,6 +15,7 @@ from .feedback import Feedback, failed, passed
 from .harness import run_on_ranks, with_own_input
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 from .spec import Blank, Slip, choice, number
+from .texts import message
 
 
 def _inputs(world_size: int, length: int) -> list[np.ndarray]:
@@ -37,12 +38,9 @@ def _parent(rank: int) -> int:
 def _why_failed(e: Exception) -> str:
     text = str(e)
     if "is not a rank of this world" in text:
-        return (" A rank asked for a partner outside the world: receive from rank + 2^s only when "
-                "it is < world_size.")
+        return (message(__name__, "04.1", "rank-asked-for"))
     if isinstance(e, (CollectiveTimeout, TimeoutError)):
-        return (" Some rank waited for a message that never came: each rank with bit s set sends "
-                "once to rank - 2^s and stops; the others receive from rank + 2^s (when it exists) "
-                "before moving on.")
+        return (message(__name__, "04.1", "some-rank-waited"))
     return ""
 
 
@@ -62,55 +60,49 @@ def check_tree_reduce(fn, worlds=((3, 7), (4, 1), (5, 100_003))) -> Feedback:
         problem = _tree_problem(events, results, inputs, world_size, nbytes)
         if problem:
             return failed(f"on {world_size} ranks {problem}")
-    return passed("rank 0 held the exact sum on 3, 4 and 5 gRPC ranks; every other rank sent once, "
-                  "to rank − (its lowest set bit): ⌈log2 N⌉ steps.")
+    return passed(message(__name__, "04.1", "rank-0-held"))
 
 
 def _tree_problem(events, results, inputs, world_size: int, nbytes: int) -> str | None:
     """The first thing wrong with a binomial reduce's messages or rank 0's result, or None."""
     sends = {rank: [e for e in events if e.src == rank] for rank in range(world_size)}
     if sends[0]:
-        return (f"rank 0 sent to rank {sends[0][0].dst}: rank 0 is the root of the reduce, it only "
-                f"receives.")
+        return (message(__name__, "04.1", "rank-0-sent", dst=sends[0][0].dst))
     for rank in range(1, world_size):
         mine, parent = sends[rank], _parent(rank)
         s = (rank & -rank).bit_length() - 1
         if not mine:
-            return (f"rank {rank} never sent its partial sum: in a binomial tree rank {rank} sends "
-                    f"to rank {parent} ({rank} − 2^{s}), at step {s}.")
+            return (message(__name__, "04.1", "rank-rank-never", rank=rank, parent=parent, s=s))
         first = mine[0]
         if first.dst != parent:
             at = f" at step {first.step}" if first.step >= 0 else ""
-            return (f"rank {rank} sent to rank {first.dst}{at}, but in a binomial tree rank {rank} "
-                    f"sends to rank {parent} ({rank} − 2^{s}): the lowest set bit of {rank} is "
-                    f"2^{s}.")
+            return (message(__name__, "04.1", "rank-rank-sent", rank=rank, dst=first.dst, at=at,
+                            parent=parent, s=s))
         if len(mine) > 1:
             to = ", then ".join(str(e.dst) for e in mine)
-            return (f"rank {rank} sent {len(mine)} messages (to {to}): in a binomial tree each "
-                    f"rank sends its partial once and is then done — stop (break/return) after the "
-                    f"send.")
+            return (message(__name__, "04.1", "rank-rank-sent-2", rank=rank, count=len(mine),
+                            to=to))
         if first.nbytes != nbytes:
-            return (f"rank {rank} sent {first.nbytes} bytes, but its partial sum is the whole "
-                    f"buffer ({nbytes} bytes): every tree step moves all of it.")
+            return (message(__name__, "04.1", "rank-rank-sent-3", rank=rank, nbytes=first.nbytes,
+                            nbytes2=nbytes))
     got = results[0]
     if got is None:
-        return "rank 0 returned None: return the reduced array on rank 0."
+        return message(__name__, "04.1", "rank-0-returned")
     got, expected = np.asarray(got), np.sum(inputs, axis=0)
     if got.shape != expected.shape:
-        return (f"rank 0 returned shape {got.shape}; the reduce keeps the input's shape "
-                f"{expected.shape}.")
+        return (message(__name__, "04.1", "rank-0-returned-2", shape=got.shape,
+                        shape2=expected.shape))
     if np.array_equal(got, expected):
         return None
     ranks = _ranks_in(got.reshape(-1)[0], world_size) if got.size else None
     if ranks is not None and ranks != set(range(world_size)):
         missing = sorted(set(range(world_size)) - ranks)
         via = {_parent(m) for m in missing if _parent(m) != 0}
-        why = (f" rank {min(via)} received from rank {min(missing)} but forwarded less: add what "
-               f"you receive into your partial before you send it on." if via else
-               " rank 0 must add every message it receives.")
-        return f"rank 0's result is missing the data of rank(s) {missing}.{why}"
-    return (f"rank 0 holds {got.reshape(-1)[:3]}…, but the sum over ranks starts "
-            f"{expected.reshape(-1)[:3]}…: each rank adds what it receives to its own x.")
+        why = (message(__name__, "04.1", "rank-min-received", min=min(via), min2=min(missing))
+               if via else message(__name__, "04.1", "rank-0-must"))
+        return message(__name__, "04.1", "rank-0-result", missing=missing, why=why)
+    return (message(__name__, "04.1", "rank-0-holds", but=got.reshape(-1)[:3],
+                    each=expected.reshape(-1)[:3]))
 
 
 def trace_of(algorithm: str, world_size: int, count: int = 1024, dtype="float32"):
@@ -145,43 +137,24 @@ number("04.2", module=__name__,
        answer=lambda d: {"tree": count_steps("tree", d.world_size),
                       "recursive_doubling": count_steps("recursive_doubling", d.world_size)},
        slips=lambda d: _step_slips(d.world_size),
-       otherwise=lambda d, name, got: (
-        "the tree needs ⌈log2 N⌉ steps per phase, and it has two phases (reduce, broadcast)."
-        if name == "tree" else "count fold (1) + exchanges among p ranks, the largest power of "
-                               "two below N (log2 p), + unfold (1)."),
-       success=lambda d: _steps_success(d.world_size))
+       values=lambda d: _step_values(d.world_size))
+
+
+def _step_values(n: int) -> dict:
+    log, p = (n - 1).bit_length(), 1 << (n.bit_length() - 1)  # ⌈log2 N⌉; the power of two below
+    tree, rd = count_steps("tree", n), count_steps("recursive_doubling", n)
+    return {"n": n, "log": log, "p": p, "ring_phase": n - 1, "ring": 2 * (n - 1), "pow": 1 << log,
+            "extra": n - p, "tree": tree, "half": tree // 2, "rd": rd, "exchanges": rd - 2}
 
 
 def _step_slips(n: int) -> list:
-    log, p = (n - 1).bit_length(), 1 << (n.bit_length() - 1)  # ⌈log2 N⌉; the power of two below
-    return [
-        Slip(log, f"{log} is one phase: the tree all-reduce is a reduce and then a broadcast, "
-                  f"⌈log2 {n}⌉ steps each.", "tree"),
-        Slip(n - 1, f"{n - 1} is the ring's count per phase; the tree's depth is ⌈log2 N⌉.",
-             "tree"),
-        Slip(2 * (n - 1), f"{2 * (n - 1)} is the ring's count (N − 1 per phase); the tree's depth "
-                          f"is ⌈log2 N⌉.", "tree"),
-        Slip(2 * (log - 1), f"log2 {n} is not a whole number: round it up — {n} ranks need a tree "
-                            f"of depth {log}, as {1 << log} would.", "tree"),
-        Slip(p.bit_length() - 1, f"that counts the exchanges among the {p} ranks left after "
-                                 f"folding; {n} is not a power of two, so add the fold and the "
-                                 f"unfold steps.", "recursive_doubling"),
-        Slip(log, f"recursive doubling does not round up: it folds the {n - p} extra ranks into "
-                  f"partners (a step), exchanges among {p} (log2 {p} steps), then unfolds (a "
-                  f"step).", "recursive_doubling"),
-        Slip(2 * log, "recursive doubling has one exchange phase, not two: each step both reduces "
-                      "and spreads the result.", "recursive_doubling"),
-        Slip(2 * (p.bit_length() - 1), "recursive doubling has one exchange phase, not two: each "
-                                       "step both reduces and spreads the result.",
-             "recursive_doubling"),
-    ]
-
-
-def _steps_success(n: int) -> str:
-    tree, rd = count_steps("tree", n), count_steps("recursive_doubling", n)
-    return (f"tree: {tree} steps ({tree // 2} reduce + {tree // 2} broadcast); recursive "
-            f"doubling: {rd} (fold, {rd - 2} exchanges, unfold) — the ring would take "
-            f"{2 * (n - 1)}.")
+    log, p = (n - 1).bit_length(), 1 << (n.bit_length() - 1)
+    return [Slip(log, "one-phase", "tree"), Slip(n - 1, "ring-phase", "tree"),
+            Slip(2 * (n - 1), "ring", "tree"), Slip(2 * (log - 1), "round-up", "tree"),
+            Slip(p.bit_length() - 1, "no-fold", "recursive_doubling"),
+            Slip(log, "no-round-up", "recursive_doubling"),
+            Slip(2 * log, "two-phases", "recursive_doubling"),
+            Slip(2 * (p.bit_length() - 1), "two-phases", "recursive_doubling")]
 
 
 choice("04.3", module=__name__)

@@ -15,6 +15,7 @@ from ..model.costmodel import crossover, predict  # noqa: F401 - lesson 10 impor
 from .feedback import Feedback, failed, not_attempted, passed
 from .registry import exercise, hint, is_stub, learner_or_reference, solution  # noqa: F401 - notebook
 from .spec import Blank, Slip, choice, number
+from .texts import message
 
 #: the algorithms lesson 05 chooses among (lesson 04's four)
 CANDIDATES = ("ring", "tree", "recursive_doubling", "rabenseifner")
@@ -74,16 +75,14 @@ def _why(algorithm: str, n: int, s: float, mine, model) -> str:
     if algorithm == "tree" and p != n:
         parts.append(f"the tree rounds up: ⌈log2 {n}⌉ = {(n - 1).bit_length()} levels")
     elif algorithm in ("recursive_doubling", "rabenseifner") and p != n:
-        parts.append(f"{n} is not a power of two: run on p = {p} ranks and add the fold and "
-                     f"unfold, 2 more steps of the whole buffer")
-    return "; ".join(parts) or "compare your formula with the table's row"
+        parts.append(message(__name__, "05.1", "n-power-two", n=n, p=p))
+    return "; ".join(parts) or message(__name__, "05.1", "compare-formula-with")
 
 
 def _check_formulas(my_time) -> Feedback | None:
     """The first (algorithm, N, S) where my_time disagrees with the model (None: nowhere)."""
     if _uses_the_model(my_time):
-        return failed("your my_time asks the library's cost model; the exercise is to write the "
-                      "four formulas yourself, from the table above.")
+        return failed(message(__name__, "05.1", "my-time-asks"))
     alpha, beta = LAPTOP
     for n in range(2, 513):
         for algorithm in CANDIDATES:
@@ -92,8 +91,8 @@ def _check_formulas(my_time) -> Feedback | None:
                 try:
                     got = my_time(algorithm, n, s, alpha, beta)
                     if got is None:
-                        return failed(f"{call} returned None: return seconds, a number, for "
-                                      f"each of {', '.join(CANDIDATES)}.")
+                        return failed(message(__name__, "05.1", "call-returned-none", call=call,
+                                              listed=', '.join(CANDIDATES)))
                     got = float(got)
                 except Exception as e:  # noqa: BLE001 - the learner's code: report, don't crash
                     return failed(f"{call} raised {type(e).__name__}: {e}")
@@ -104,9 +103,11 @@ def _check_formulas(my_time) -> Feedback | None:
                 units = next((f" — that is {unit}: return seconds" for unit, x in
                               (("ms", 1e3), ("µs", 1e6)) if abs(scale / x - 1) < 1e-6), "")
                 model = (predict(algorithm, n, s, 1.0, 0.0), predict(algorithm, n, s, 0.0, 1.0))
-                return failed(f"{algorithm} on N = {n}, S = {s:,} bytes: your my_time says "
-                              f"{got * 1e6:,.6g} µs, the model {want * 1e6:,.6g} µs{units}; "
-                              f"{_why(algorithm, n, s, _terms(my_time, algorithm, n, s), model)}.")
+                return failed(message(__name__, "05.1", "algorithm-on-n", algorithm=algorithm, n=n,
+                                      s=s, says=got * 1e6,
+                                      model=want * 1e6, units=units,
+                                      why=_why(algorithm, n, s, _terms(my_time, algorithm, n, s),
+                                               model)))
     return None
 
 
@@ -120,9 +121,7 @@ def check_choose(choose, my_time=None) -> Feedback:
     for every N = 2 … 512, and choose(nbytes, world_size, alpha, beta) names the fastest."""
     if my_time is not None:
         if is_stub(my_time):
-            return not_attempted('write the body of my_time in place of `...` (the table\'s '
-                                 'formulas), then run this cell again. Stuck? hint("05.1") gives '
-                                 'a first hint.')
+            return not_attempted(message(__name__, "05.1", "write-body-my"))
         wrong = _check_formulas(my_time)
         if wrong is not None:
             return wrong
@@ -140,18 +139,16 @@ def check_choose(choose, my_time=None) -> Feedback:
                           f"{', '.join(CANDIDATES)}.")
         if times[got] > times[best] * (1 + 1e-9):
             if nbytes <= 1024:
-                why = "small messages are priced by α: count the steps"
+                why = message(__name__, "05.1", "small-messages-are")
             elif nbytes >= 1 << 24:
-                why = "large messages are priced by β: count the bytes along the way"
+                why = message(__name__, "05.1", "large-messages-are")
             else:
-                why = "near a crossover, compare the full formulas, not a fixed threshold"
-            return failed(f"at {where} you chose {got} (predicted {times[got] * 1e6:,.1f} µs) but "
-                          f"{best} is predicted {times[best] * 1e6:,.1f} µs — {why}; price every "
-                          f"candidate with your formulas and keep the cheapest.")
-    checked = "your formulas agree with the model's on 2 to 512 ranks, and " if my_time else ""
-    return passed(f"{checked}your choice matched the model's fastest algorithm at every size from "
-                  "8 B to 1 GiB, for 2 to 512 ranks, on a laptop, a real cluster and a slow "
-                  "emulated link.")
+                why = message(__name__, "05.1", "near-crossover-compare")
+            return failed(message(__name__, "05.1", "at-where-chose", where=where, got=got,
+                                  predicted=times[got] * 1e6, best=best,
+                                  value2=times[best] * 1e6, why=why))
+    checked = message(__name__, "05.1", "formulas-agree-with") if my_time else ""
+    return passed(message(__name__, "05.1", "checked-choice-matched", checked=checked))
 
 
 choice("05.3", module=__name__)
@@ -214,21 +211,19 @@ def _tree_slips(d) -> list[Slip]:
     (s1, t1), (s2, t2) = sorted(d.ring_times.items())
     want, share = _tree_answer(d), 2 * (d.world_size - 1) / d.world_size
     return [
-        Slip(want / 1e6, "that looks like seconds: the checker wants µs."),
-        Slip(want / 1e3, "that looks like milliseconds: the checker wants µs."),
-        Slip(_tree_us(d, alpha, beta, phases=1), "the tree has two phases, reduce and broadcast: "
-             "2·⌈log2 N⌉ steps, each moving the whole buffer."),
-        Slip(2 * want, "the ring takes 2(N − 1) steps (N − 1 per phase) and moves 2(N − 1)/N·S "
-             "along the way: with N − 1 you get α and β twice too large."),
-        Slip(_tree_us(d, 0.0, beta), "every tree step also pays its α: 8 steps of α + S·β."),
-        Slip(_tree_us(d, alpha, 0.0), "every tree step moves the whole MiB: add S·β to each α."),
-        Slip(predict("ring", d.world_size, d.nbytes, alpha, beta) * 1e6,
-             "that is the ring's time for 1 MiB on these ranks; the question asks the tree's."),
-        Slip(_tree_us(d, alpha, t2 / (share * s2)), "the 64 MiB time holds the ring's 2(N − 1) "
-             "latencies too: take them off before you divide by the bytes."),
-        Slip(_tree_us(d, alpha, (t2 - t1) / (2 * s2)), "the ring moves 2(N − 1)/N·S along the "
-             "way, not 2·S: divide by 1.875·S on 16 ranks."),
+        Slip(want / 1e6, "seconds"), Slip(want / 1e3, "milliseconds"),
+        Slip(_tree_us(d, alpha, beta, phases=1), "one-phase"), Slip(2 * want, "ring-steps"),
+        Slip(_tree_us(d, 0.0, beta), "no-alpha"), Slip(_tree_us(d, alpha, 0.0), "no-beta"),
+        Slip(predict("ring", d.world_size, d.nbytes, alpha, beta) * 1e6, "ring-time"),
+        Slip(_tree_us(d, alpha, t2 / (share * s2)), "latencies-in-beta"),
+        Slip(_tree_us(d, alpha, (t2 - t1) / (2 * s2)), "two-s"),
     ]
+
+
+def _tree_values(d) -> dict:
+    alpha, beta = _fit_ring(d)
+    return {"tree_us": _tree_answer(d), "alpha_us": alpha * 1e6, "gbps": 1 / beta / 1e9,
+            "steps": 2 * (d.world_size - 1).bit_length()}
 
 
 number("05.2", module=__name__,
@@ -238,15 +233,6 @@ number("05.2", module=__name__,
                                        "/ (1.875 * 64 * MiB)) * 1e6"),),
        inputs={"world_size": 16, "ring_times": RING_TIMES, "nbytes": 1 << 20}, unit="µs",
        answer=_tree_answer, slips=_tree_slips,
-       otherwise=lambda d, name, got: (
-        f"off by a factor {got / _tree_answer(d):.2f}: first solve the ring's two times for α and "
-        f"β (each is 2(N − 1)·α + 2(N − 1)/N·S·β), then price the tree, 2⌈log2 N⌉·(α + S·β)."),
-       success=lambda d: _tree_success(d))
-
-
-def _tree_success(d) -> str:
-    alpha, beta = _fit_ring(d)
-    return (f"{_tree_answer(d):,.0f} µs: the ring's two times give α = {alpha * 1e6:.1f} µs and "
-            f"1/β = {1 / beta / 1e9:.1f} GB/s, and the tree pays "
-            f"{2 * (d.world_size - 1).bit_length()} steps of α + S·β. Fit on one "
-            f"algorithm, predict another: what the fitted column did.")
+       otherwise=lambda d, name, got: message(__name__, "05.2", "off-by",
+                                              factor=got / _tree_answer(d)),
+       values=_tree_values)

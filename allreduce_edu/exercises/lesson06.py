@@ -16,6 +16,7 @@ import numpy as np
 from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 from .spec import REQUIRED, Blank, Slip, choice, number
+from .texts import message
 
 
 def variance_rows() -> list[tuple[str, np.ndarray]]:
@@ -23,12 +24,12 @@ def variance_rows() -> list[tuple[str, np.ndarray]]:
     rng = np.random.default_rng(6)
     return [
         ("a float32 row with mean 0 (100 values)", rng.standard_normal(100).astype(np.float32)),
-        ("a float32 row of 1e3 + unit noise (4096 values)",
+        (message(__name__, "06.1", "float32-row-1e3"),
          (1e3 + rng.standard_normal(4096)).astype(np.float32)),
-        ("a float32 row of 1e4 + noise (777 values)",
+        (message(__name__, "06.1", "float32-row-1e4"),
          (1e4 + 0.5 * rng.standard_normal(777)).astype(np.float32)),
-        ("a float32 row of equal values (10 values)", np.full(10, 5.0, np.float32)),
-        ("a float64 row of 1e9 + unit noise (1000 values)", 1e9 + rng.standard_normal(1000)),
+        (message(__name__, "06.1", "float32-row-equal"), np.full(10, 5.0, np.float32)),
+        (message(__name__, "06.1", "float64-row-1e9"), 1e9 + rng.standard_normal(1000)),
     ]
 
 
@@ -56,16 +57,15 @@ def try_variance(fn) -> Feedback:
             return failed(f"on {what}, your function raised {type(e).__name__}: {e}")
         value = _value(got)
         if value is None:
-            return failed(f"on {what}, your function returned {type(got).__name__} "
-                          f"{np.shape(got)}: return one number, the variance of the whole row.")
+            return failed(message(__name__, "06.1", "on-function-returned", what=what,
+                                  name=type(got).__name__,
+                                  shape=np.shape(got)))
         results.append((what, row, value))
     for what, row, got in results:  # the centred row comes first: a wrong formula shows there
         problem = _variance_problem(what, row, got)
         if problem:
             return failed(problem)
-    return passed("your variance is within 1e-3 of float64's on centred rows, on float32 rows with "
-                  "offsets 1e3 and 1e4, on a constant row and on float64 with offset 1e9: it never "
-                  "subtracts two huge numbers.")
+    return passed(message(__name__, "06.1", "variance-within-1e"))
 
 
 def _variance_problem(what: str, row: np.ndarray, got: float) -> str | None:
@@ -77,35 +77,23 @@ def _variance_problem(what: str, row: np.ndarray, got: float) -> str | None:
         return None
     n = len(row)
     if math.isfinite(got) and _close(got * got, want, scale) and want > 0:
-        return (f"on {what} you returned {got:.6g}, whose square is the variance {want:.6g}: you "
-                f"returned the standard deviation. Drop the square root.")
+        return (message(__name__, "06.1", "on-returned-got", what=what, got=got, want=want))
     if n > 1 and _close(got, want * n / (n - 1), scale) and want > 0:
-        return (f"on {what} you returned {got:.6g} = the sample variance (divided by n − 1); "
-                f"LayerNorm uses the population variance: divide by n = {n}.")
+        return (message(__name__, "06.1", "on-returned-got-2", what=what, got=got, n=n))
     if _close(got, float(np.mean(x * x)), scale):
-        return (f"on {what} you returned {got:.6g} = E[x²], the mean of the squares; the variance "
-                f"is the mean of the squared distances from the mean, E[(x − mean)²] = "
-                f"{want:.6g}.")
+        return (message(__name__, "06.1", "on-returned-got-3", what=what, got=got, want=want))
     if "mean 0" in what:
-        return (f"on {what} your variance is {got:.6g} but should be {want:.6g}: check the "
-                f"formula on centred data first.")
+        return (message(__name__, "06.1", "on-variance-got-2", what=what, got=got, want=want))
     if row.dtype == np.float64:
         f32 = float(np.var(row.astype(np.float32).astype(np.float64)))
         if abs(got - f32) <= 1e-3 * max(abs(f32), 1e-3):
-            return (f"on {what} you returned {got:.6g}, the variance of the row rounded to float32 "
-                    f"(1e9 + noise rounds to multiples of 64): keep the row's own dtype.")
-        return (f"on {what} your variance is {got:.6g} but should be {want:.6g}, though float32 "
-                f"rows with offsets passed. It looks like E[x²] − E[x]² in float64: float64 only "
-                f"moves the offset where the cancellation bites (here E[x²] ≈ 1e18, where float64 "
-                f"is spaced {np.spacing(1e18):.0f} apart). Subtract the mean first (two passes) or "
-                f"use Welford.")
+            return (message(__name__, "06.1", "on-returned-got-4", what=what, got=got))
+        return (message(__name__, "06.1", "on-variance-got-3", what=what, got=got, want=want,
+                        spacing=np.spacing(1e18)))
     error = abs(got - want) / want if want else abs(got)
     spacing = np.spacing(np.float32(np.mean(x * x)))
-    return (f"on {what} your variance is {got:.6g} but should be {want:.6g} (relative error "
-            f"{error:.1e}), though it is right on a row with mean 0. That is the cancellation in "
-            f"E[x²] − E[x]²: two numbers near {np.mean(x * x):.3g} are subtracted, and their "
-            f"rounding errors (float32 spacing there is {spacing:.3g}) swamp the true variance. "
-            f"Subtract the mean first (two passes), or use Welford's update.")
+    return (message(__name__, "06.1", "on-variance-got", what=what, got=got, want=want,
+                    error=error, mean=np.mean(x * x), spacing=spacing))
 
 
 @exercise("06.1", kind="code", function="my_variance",
@@ -122,9 +110,7 @@ number("06.2", module=__name__, verb="predict the ceiling",
        call="copy_gbps", unit="seconds", answer=lambda d: _ceiling(d),
        slips=lambda d: [Slip(_ceiling(d) * factor, why) for factor, why in _ceiling_slips(d)],
        otherwise=lambda d, name, got: (
-        f"you are off by a factor {got / _ceiling(d):.2f}: count the bytes LayerNorm must move at "
-        f"least (each element read once, at 2 bytes, and written once, at 4) and divide by the "
-        f"copy's bytes per second."),
+        message(__name__, "06.2", "are-off-by", count=got / _ceiling(d))),
        values=lambda d: {"ms": _ceiling(d) * 1e3,
                          "moved": d.rows * d.hidden * (d.read_bytes + d.write_bytes)})
 
@@ -136,16 +122,15 @@ def _ceiling(d) -> float:
 def _ceiling_slips(d) -> list[tuple[float, str]]:
     """(answer / right answer, what it suggests) for the usual slips in exercise 06.2."""
     per = d.read_bytes + d.write_bytes
-    bits = "that counts bits: GB/s is gigabytes per second, so use bytes."
-    gib = "GB/s means 10^9 bytes per second here, not GiB (2^30)."
+    bits = message(__name__, "06.2", "counts-bits-gb")
+    gib = message(__name__, "06.2", "gb-means-10")
     return [
-        (8 / per, "that counts 4 bytes each way: x is float16 here, 2 bytes an element."),
-        (4 / per, "that counts 2 bytes each way: y is written in float32, 4 bytes an element."),
-        (d.read_bytes / per, "that moves x only once: LayerNorm also writes its output y."),
-        ((2 * d.read_bytes + d.write_bytes) / per, "that reads x twice: a good kernel keeps each "
-         "row in cache while it computes the mean and the variance, so x leaves memory once."),
-        (1e3, "that looks like milliseconds: the checker wants seconds."),
-        (1e6, "that looks like microseconds: the checker wants seconds."),
+        (8 / per, message(__name__, "06.2", "counts-4-bytes")),
+        (4 / per, message(__name__, "06.2", "counts-2-bytes")),
+        (d.read_bytes / per, message(__name__, "06.2", "moves-x-only")),
+        ((2 * d.read_bytes + d.write_bytes) / per, message(__name__, "06.2", "reads-x-twice")),
+        (1e3, message(__name__, "06.2", "looks-like-milliseconds")),
+        (1e6, message(__name__, "06.2", "looks-like-microseconds")),
         (8.0, bits), (1 / 8, bits),
         (2 ** 30 / 1e9, gib), (1e9 / 2 ** 30, gib),
     ]

@@ -18,6 +18,7 @@ from .fused_traffic import fused_explain, fused_on_rank, fused_problem
 from .harness import explain_error, run_on_ranks
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 from .spec import Blank, Slip, choice, number
+from .texts import message
 
 
 @exercise("07.1", kind="code", function="my_fused", library=("collectives.fused:_fused",),
@@ -50,11 +51,10 @@ def check_fused(fn, world_sizes=(3, 4), shapes=((10, 16), (2, 8), (13, 24)), tim
     sent, rows = summary[n, tuple(shape)]
     s = shape[0] * shape[1] * 4
     where = "gRPC" if transport == "grpc" else transport
-    return passed(f"LayerNorm of the sum matches the float64 reference on "
-                  f"{' and '.join(map(str, world_sizes))} {where} ranks, for x of shapes "
-                  f"{', '.join(map(str, shapes))}. With {n} ranks and x of shape {shape} (S = {s} "
-                  f"bytes) your ranks normalised {rows} rows and sent {sum(sent.values())} bytes "
-                  f"in all = 2(N−1)·S, as a ring all-reduce does.")
+    return passed(message(__name__, "07.1", "layernorm-sum-matches",
+                          listed=' and '.join(map(str, world_sizes)),
+                          where=where, listed2=', '.join(map(str, shapes)), n=n,
+                          shape=shape, s=s, rows=rows, bytes=sum(sent.values())))
 
 
 number("07.2", module=__name__, blanks=(Blank("my_bytes", key="4 * (1 << 20)"),),
@@ -62,46 +62,35 @@ number("07.2", module=__name__, blanks=(Blank("my_bytes", key="4 * (1 << 20)"),)
        answer=lambda d: (d.world_size - 1).bit_length() * d.nbytes,
        slips=lambda d: _root_slips(d.world_size, d.nbytes),
        otherwise=lambda d, name, got: (
-        f"the broadcast from rank 0 takes ⌈log2 N⌉ = {(d.world_size - 1).bit_length()} steps, "
-        f"and in the reduce rank 0 only receives. How many bytes does rank 0 send per step?"),
+        message(__name__, "07.2", "broadcast-from-rank",
+                bit_length=(d.world_size - 1).bit_length())),
        success=lambda d: _root_success(d.world_size, d.nbytes))
 
 
 def _root_slips(n: int, s: int) -> list:
     steps, below = (n - 1).bit_length(), n.bit_length() - 1
     slips = [
-        Slip(2 * (n - 1) / n * s, "that is what every rank sends in the ring (fused or unfused); "
-                                  "the root variant uses binomial trees."),
-        Slip((n - 1) * s, "that is a naive broadcast (rank 0 sends to each of the N − 1 others); "
-                          "the binomial tree lets ranks that already hold the data pass it on, "
-                          "so rank 0 sends once per step."),
-        Slip(2 * (n - 1) * s, "that is what all ranks send together (2(N−1)·S); the question "
-                              "asks for rank 0 alone."),
-        Slip(2 * steps * s, "rank 0 is the root of the reduce: there it only receives. Count its "
-                            "broadcast sends only."),
-        Slip(s, "rank 0 sends in every broadcast step, not just once: the ranks that hold the "
-                "data double each step."),
-        Slip(steps, "that is the number of broadcast steps; each sends the whole tensor, S "
-                    "bytes: multiply by S."),
-        Slip(steps * 1e6, "S = 1 MiB = 1048576 bytes, not 10^6."),
-        Slip(steps * s * 8, "in bytes, not bits."),
+        Slip(2 * (n - 1) / n * s, "every-rank-sends"),
+        Slip((n - 1) * s, "naive-broadcast-rank"),
+        Slip(2 * (n - 1) * s, "all-ranks-send"),
+        Slip(2 * steps * s, "rank-0-root"),
+        Slip(s, "rank-0-sends"),
+        Slip(steps, "number-broadcast-steps"),
+        Slip(steps * 1e6, "mib"),
+        Slip(steps * s * 8, "bits"),
     ]
     if below != steps:
-        slips += [Slip(below * s, f"after {below} steps {1 << below} ranks hold the tensor and "
-                                  f"{n - (1 << below)} still wait: one more step, ⌈log2 N⌉ = "
-                                  f"{steps} in all."),
-                  Slip(math.log2(n) * s, f"log2 {n} is not a whole number of steps: a step "
-                                         f"either happens or not, so round up to ⌈log2 N⌉ = "
-                                         f"{steps}.")]
+        slips += [Slip(below * s, "after-below-steps", values={"below": below, "ranks": 1 << below,
+                                                               "still": n - (1 << below),
+                                                               "steps": steps}),
+                  Slip(math.log2(n) * s, "log2-n-whole", values={"n": n, "steps": steps})]
     return slips
 
 
 def _root_success(n: int, s: int) -> str:
     steps = (n - 1).bit_length()
-    return (f"{steps * s} bytes = ⌈log2 {n}⌉ · S = {steps} × {s}: rank 0 only receives in the "
-            f"reduce, then sends the whole tensor once per broadcast step. A ring sends "
-            f"2(N−1)/N·S = {2 * (n - 1) / n * s:.0f} per rank — less, but in {2 * (n - 1)} steps "
-            f"instead of {2 * steps}.")
+    return (message(__name__, "07.2", "value-bytes-log2", bytes=steps * s, n=n, steps=steps, s=s,
+                    per=2 * (n - 1) / n * s, value3=2 * (n - 1), value4=2 * steps))
 
 
 choice("07.3", module=__name__)

@@ -21,6 +21,7 @@ from .feedback import Feedback, failed, passed
 from .harness import run_on_ranks
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 from .spec import Blank, Slip, choice, number
+from .texts import message
 
 # the checker's world: 3 ranks (odd), tensors of 480, 80, 800, 80, 160, 16 bytes (one < world_size
 # elements); the scaffold's 700-byte cap makes 3 buckets: [W0 b0], [W1] alone, [b1 W2 b2]
@@ -53,24 +54,18 @@ def _raised_hint(e: BaseException) -> str:
     """A hint for an exception the learner's function raised on a rank."""
     kind, text = type(e).__name__, str(e)
     if "Timeout" in kind or "Mismatch" in kind:
-        return " Every rank must all-reduce every gradient, in the same order."
+        return message(__name__, "08.1", "every-rank-must")
     if "inhomogeneous" in text or "setting an array element with a sequence" in text:
-        return (" allreduce takes one array, and grads is a list of arrays of different shapes: "
-                "all-reduce each gradient on its own and return the list of results.")
+        return (message(__name__, "08.1", "allreduce-takes-one"))
     if "no attribute 'allreduce'" in text or "no attribute 'all_reduce'" in text:
-        return (" The all-reduce is a function of the package, not a method of comm: "
-                "allreduce_edu.allreduce(comm, g, op=\"sum\").")
+        return (message(__name__, "08.1", "all-reduce-function"))
     if "object has no attribute" in text and "Communicator" in text:
-        return (" comm has comm.rank and comm.world_size (and send, recv, sendrecv); the number of "
-                "ranks is comm.world_size.")
+        return (message(__name__, "08.1", "comm-has-comm"))
     if "unknown op" in text:
-        return (" There is no averaging op: all-reduce with op=\"sum\", then divide by "
-                "comm.world_size.")
+        return (message(__name__, "08.1", "there-no-averaging"))
     if "missing 1 required positional argument" in text and "allreduce" in text:
-        return (" allreduce takes the communicator first: "
-                "allreduce_edu.allreduce(comm, g, op=\"sum\").")
-    return (" Run it yourself to see the traceback: Cluster(3, transport=\"local\")"
-            ".run(average_gradients, [np.ones(3), np.ones((2, 2))]).")
+        return (message(__name__, "08.1", "allreduce-takes-communicator"))
+    return (message(__name__, "08.1", "run-yourself-see"))
 
 
 @exercise("08.1", kind="code",
@@ -99,14 +94,12 @@ def check_average_gradients(fn) -> Feedback:
     for rank, (_, final) in enumerate(results):
         if final is None or any(not np.allclose(a, b, rtol=1e-9, atol=1e-12)
                                 for a, b in zip(final, reference, strict=True)):
-            return failed(f"step 0 was right, but after {_STEPS} steps rank {rank}'s weights "
-                          f"differ from single-process training: does your function keep state?")
+            return failed(message(__name__, "08.1", "step-0-was", STEPS=_STEPS, rank=rank))
     problem = _bucket_problem(sends, [p.nbytes for p in params], n)
     return problem if problem is not None else passed(
-        f"{_STEPS} SGD steps on {n} gRPC ranks end with the same weights as single-process "
-        f"training (to 1e-9); rank 0 sent {sends // _STEPS} messages per step: "
-        f"{sends // _STEPS // (2 * (n - 1))} buckets × 2(N-1), not {len(params)} tensors × "
-        f"2(N-1) = {len(params) * 2 * (n - 1)}.")
+        message(__name__, "08.1", "steps-sgd-steps", STEPS=_STEPS, n=n, messages=sends // _STEPS,
+                buckets=sends // _STEPS // (2 * (n - 1)), count=len(params),
+                value3=len(params) * 2 * (n - 1)))
 
 
 def _bucket_problem(sends: int, nbytes: list, n: int) -> Feedback | None:
@@ -114,61 +107,48 @@ def _bucket_problem(sends: int, nbytes: list, n: int) -> Feedback | None:
     made, want = sends / (_STEPS * 2 * (n - 1)), len(bucket_layout(nbytes, _CAP))
     if made == want:
         return None
-    why = ("that is one all-reduce per tensor: pack consecutive tensors into buckets of at most "
-           "bucket_bytes, one all-reduce each" if made == len(nbytes) else
-           "that is one bucket for everything: a new bucket starts when the next tensor would "
-           "not fit in bucket_bytes" if made == 1 else
-           "some bucket holds more than bucket_bytes: check that the next tensor fits before "
-           "adding it, not after" if made < want else
-           "more buckets than needed: add tensors while they fit; only a tensor bigger than the "
-           "cap goes alone, and no bucket is empty")
-    return failed(f"the averages are right, but rank 0 made {made:g} all-reduces per step; the "
-                  f"tensors ({', '.join(map(str, nbytes))} bytes) with a 700-byte cap make {want} "
-                  f"buckets: {why}.")
+    why = (message(__name__, "08.1", "one-all-reduce") if made == len(nbytes) else
+           message(__name__, "08.1", "one-bucket-for") if made == 1 else
+           message(__name__, "08.1", "some-bucket-holds") if made < want else
+           message(__name__, "08.1", "more-buckets-than"))
+    return failed(message(__name__, "08.1", "averages-are-right", made=made,
+                          listed=', '.join(map(str, nbytes)), want=want, why=why))
 
 
 def _step0_problem(rank: int, mine, averaged, full, n: int) -> str | None:
     """What is wrong with what `rank` returned at step 0; None if it is the full-batch gradient."""
     if averaged is None:
-        return (f"rank {rank}'s function returned None: return the list of averaged gradients "
-                f"(if you changed `grads` in place, return grads).")
+        return (message(__name__, "08.1", "rank-rank-function", rank=rank))
     if not isinstance(averaged, (list, tuple)):
-        return (f"rank {rank} returned a {type(averaged).__name__}; return a list with one "
-                f"averaged array per gradient ({len(full)} here).")
+        return (message(__name__, "08.1", "rank-rank-returned", rank=rank,
+                        name=type(averaged).__name__, count=len(full)))
     if len(averaged) != len(full):
-        return (f"rank {rank} returned {len(averaged)} arrays for {len(full)} gradients: average "
-                f"each gradient and return them all, in order.")
+        return (message(__name__, "08.1", "rank-rank-returned-2", rank=rank, count=len(averaged),
+                        count2=len(full)))
     for k, (got, want, own) in enumerate(zip(averaged, full, mine, strict=True)):
         try:
             got = np.asarray(got, float)
         except (TypeError, ValueError):
-            return (f"rank {rank}, gradient {k}: you returned a {type(got).__name__}, not an array "
-                    f"of numbers.")
+            return (message(__name__, "08.1", "rank-rank-gradient", rank=rank, k=k,
+                            name=type(got).__name__))
         where = f"rank {rank}, gradient {k} (shape {want.shape})"
         if got.shape != want.shape:
-            return f"{where}: you returned shape {got.shape}; keep every gradient's shape."
+            return message(__name__, "08.1", "where-returned-shape", where=where, shape=got.shape)
         if np.allclose(got, want, rtol=1e-9, atol=1e-12):
             continue
         if np.allclose(got, own, rtol=1e-9, atol=1e-12):
-            return (f"{where} is still this rank's own gradient: the all-reduce's result never "
-                    f"reached what you return. allreduce returns a new array (it does not change "
-                    f"its input), and `g = ...` inside a for loop does not change the list: build "
-                    f"a new list.")
+            return (message(__name__, "08.1", "where-still-rank", where=where))
         if np.allclose(got, own / n, rtol=1e-9, atol=1e-12):
-            return (f"{where} is this rank's own gradient / world_size: you divided, but threw "
-                    f"away the all-reduce's result. allreduce returns a new array; keep it.")
+            return (message(__name__, "08.1", "where-rank-own", where=where))
         s = _scale(got, want)
         if abs(s - n) < 1e-6:
-            return (f"{where} is {n}× the full-batch gradient: you summed but forgot to divide by "
-                    f"comm.world_size.")
+            return (message(__name__, "08.1", "where-n-full", where=where, n=n))
         if abs(s - 1 / n) < 1e-6:
-            return (f"{where} is 1/{n} of the full-batch gradient: you divided by world_size twice "
-                    f"(once before the all-reduce and once after?). Divide once.")
+            return (message(__name__, "08.1", "where-1-n", where=where, n=n))
         if np.allclose(got, np.floor(want), atol=1e-9) and not np.allclose(want, np.floor(want)):
-            return f"{where} is rounded down to whole numbers: // rounds. Divide with /."
-        return (f"{where} differs from the full-batch gradient by up to "
-                f"{np.abs(got - want).max():.2e}: all-reduce it with op=\"sum\" and divide by "
-                f"comm.world_size.")
+            return message(__name__, "08.1", "where-rounded-down", where=where)
+        return (message(__name__, "08.1", "where-differs-from", where=where,
+                        max=np.abs(got - want).max()))
     return None
 
 
@@ -189,35 +169,31 @@ number("08.2", module=__name__,
                       "one_bucket": 2 * (d.world_size - 1)},
        slips=lambda d: _message_slips(d.tensors, d.world_size),
        otherwise=lambda d, name, got: (
-        f"count the messages of one ring all-reduce on {d.world_size} ranks (lesson 03), then "
-        f"multiply by the {d.tensors} tensors." if name == "per_tensor" else
-        f"a bucket is one ring all-reduce on {d.world_size} ranks."),
+        message(__name__, "08.2", "count-messages-one", world_size=d.world_size, tensors=d.tensors)
+        if name == "per_tensor" else
+        message(__name__, "08.2", "bucket-one-ring", world_size=d.world_size)),
        success=lambda d: _message_success(d.tensors, d.world_size))
 
 
 def _message_slips(t: int, n: int) -> list:
     return [
-        Slip(t * (n - 1), "that counts one phase only: the ring is N − 1 reduce-scatter steps "
-                          "and N − 1 all-gather steps, one message per step each.", "per_tensor"),
-        Slip(t * 2 * (n - 1) * n, "that counts every rank's messages; the question asks for rank "
-                                  "0's alone.", "per_tensor"),
-        Slip(t * 2 * n, "a ring phase has N − 1 steps, not N: a rank never sends to itself.",
+        Slip(t * (n - 1), "counts-one-phase", "per_tensor"),
+        Slip(t * 2 * (n - 1) * n, "counts-every-rank", "per_tensor"),
+        Slip(t * 2 * n, "ring-phase-has",
              "per_tensor"),
-        Slip(t * n, "a ring phase has N − 1 steps, not N: a rank never sends to itself.",
+        Slip(t * n, "ring-phase-has",
              "per_tensor"),
-        Slip(2 * (n - 1), f"that is one all-reduce; one per tensor means {t} all-reduces every "
-                          f"step.", "per_tensor"),
-        Slip(t * 2 * (n - 1), "one bucket is ONE all-reduce, whatever it holds: it pays the "
-                              "2(N − 1) messages once.", "one_bucket"),
-        *[Slip(k, "one all-reduce on the ring is still N − 1 reduce-scatter steps and N − 1 "
-                  "all-gather steps.", "one_bucket") for k in (1, 2, n - 1)],
+        Slip(2 * (n - 1), "one-all-reduce", values={"t": t}, blank="per_tensor"),
+        Slip(t * 2 * (n - 1), "one-bucket-one", "one_bucket"),
+        *[Slip(k, "one-all-reduce-2", "one_bucket") for k in (1, 2, n - 1)],
     ]
 
 
 def _message_success(t: int, n: int) -> str:
     counted = (messages_per_step(t, n, None), messages_per_step(t, n, 1 << 20))
-    return (f"{t * 2 * (n - 1)} and {2 * (n - 1)}; the trace of a real step on {n} ranks counts "
-            f"{counted[0]} and {counted[1]}. Bucketing divides the α cost by {t}.")
+    return (message(__name__, "08.2", "value-and-value2", value=t * 2 * (n - 1),
+                    value2=2 * (n - 1), n=n, counted=counted[0], counted2=counted[1],
+                    t=t))
 
 
 choice("08.3", module=__name__)

@@ -16,6 +16,7 @@ from .feedback import Feedback, failed, passed
 from .harness import engine_ranks, run_on_ranks
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 from .spec import Blank, Slip, choice, names, number
+from .texts import message
 from .torch_names import TORCH_NAMES, names_cell, torch_name
 
 NAMES_SCAFFOLD = names_cell(lambda theirs: "?")  # what the lesson ships
@@ -25,7 +26,7 @@ SCENARIO = {"nodes": 3, "ranks_per_node": 4, "nbytes": 256 << 20,
 
 BUILTIN = {"gloo": "torch.distributed.all_reduce", "mpi": "MPI_Allreduce"}
 NEEDS = {"gloo": "needs torch: pip install -e '.[torch]'",
-         "mpi": "needs mpi4py and mpirun: pip install -e '.[mpi]'"}
+         "mpi": message(__name__, "09.1", "needs-mpi4py-and")}
 
 
 @exercise("09.1", kind="code", function="fixed_ring",
@@ -38,8 +39,8 @@ def check_ring_on_engine(fn, engine: str = "gloo", world_sizes=(3, 5), sizes=(10
     absent)."""
     blob, why = ship(fn, (), {}), missing(engine)
     ranks = "gRPC ranks" if why else f"{engine} processes"
-    prefix = (f"{engine} is not available here — {why} — so this ran on gRPC ranks with NumPy's "
-              f"sum as the oracle. " if why else "")
+    prefix = (message(__name__, "09.1", "engine-available-here", engine=engine, why=why)
+              if why else "")
     used: set[str] = set()
     for n in world_sizes:
         if why:
@@ -62,25 +63,22 @@ def check_ring_on_engine(fn, engine: str = "gloo", world_sizes=(3, 5), sizes=(10
     counts = " and ".join(map(str, world_sizes))
     elements = " and ".join(f"{s:,}" for s in sizes)
     if why:  # not a verdict on gloo: ⚠, and not counted as a try
-        caution = (" You use comm.send: if every rank sends before it receives, this deadlocks on "
-                   "gloo (and on MPI above its eager limit); comm.sendrecv cannot."
+        caution = (message(__name__, "09.1", "use-comm-send")
                    if "send" in used else "")
-        return Feedback(False, f"{NEEDS[engine]} ({why}), then restart the kernel and run this "
-                               f"cell again. Meanwhile your ring matches NumPy on {counts} gRPC "
-                               f"ranks for {elements} elements and leaves x unchanged.{caution}",
+        return Feedback(False, message(__name__, "09.1", "needs-why-then", NEEDS=NEEDS[engine],
+                                       why=why, counts=counts,
+                                       elements=elements,
+                                       caution=caution),
                         "check failed")
-    return passed(f"your ring gives exactly what {engine}'s own all-reduce ({BUILTIN[engine]}) "
-                  f"gives on {counts} {engine} processes, for {elements} elements, and leaves x "
-                  f"unchanged: one function, any engine.")
+    return passed(message(__name__, "09.1", "ring-gives-exactly", engine=engine,
+                          BUILTIN=BUILTIN[engine], counts=counts,
+                          elements=elements))
 
 
 names("09.2", module=__name__, table=TORCH_NAMES, normalise=torch_name,
       key_value=lambda theirs: f"dist.{theirs[0]}",
-      fallback=lambda ours, got: f"Look for {ours!r} in the table above (torch.distributed "
-                               f"column).",
-      success=f"all {len(TORCH_NAMES)} names right. A script written against comm.sendrecv, "
-            f"allreduce and friends reads like one written against torch.distributed, and vice "
-            f"versa.")
+      fallback=lambda ours, got: message(__name__, "09.2", "look-for-ours", ours=ours),
+      success=message(__name__, "09.2", "all-count-names", count=len(TORCH_NAMES)))
 
 
 def scenario_seconds(algorithm: str) -> float:
@@ -101,8 +99,7 @@ number("09.3", module=__name__,
                       "hierarchical": scenario_seconds("hierarchical")},
        slips=lambda d: _hierarchical_slips(),
        otherwise=lambda d, name, got: (
-        f"off by a factor {got / scenario_seconds(name):.2f}; see the formulas in "
-        f"allreduce_edu/model/costmodel.py: ring_on_links and hierarchical_on_links."),
+        message(__name__, "09.3", "off-by-factor", see=got / scenario_seconds(name))),
        success=lambda d: _hierarchical_success())
 
 
@@ -112,32 +109,26 @@ def _hierarchical_slips() -> list:
     n = nodes * size
     (a_in, b_in), (a_out, b_out) = s["intra"], s["inter"]
     return [
-        Slip(predict("ring", n, big, a_in, b_in), "that is a ring on the fast intra-node links "
-             "only; a ring over two nodes has two hops between nodes, and every step waits for "
-             "its slowest hop: use the inter-node α and β.", "ring"),
-        Slip(scenario_seconds("ring") * 1e3, "that looks like milliseconds: answer in seconds.",
+        Slip(predict("ring", n, big, a_in, b_in), "ring-on-fast", "ring"),
+        Slip(scenario_seconds("ring") * 1e3, "looks-like-milliseconds",
              "ring"),
-        Slip(2 * (n - 1) * (a_out + big * b_out), "each ring step sends one chunk, S/N bytes, not "
-             "the whole S.", "ring"),
+        Slip(2 * (n - 1) * (a_out + big * b_out), "each-ring-step", "ring"),
         Slip(predict("ring", size, big, a_in, b_in) + predict("ring", nodes, big, a_out, b_out),
-             "across the nodes each rank all-reduces only its piece, S/L bytes, not the whole S.",
+             "across-nodes-each",
              "hierarchical"),
         Slip(predict("ring", size, big, a_in, b_in) + predict("ring", n, big / size, a_out, b_out),
-             "the inter-node ring has one rank per node: M = N/L ranks, not N.", "hierarchical"),
-        Slip(predict("ring", nodes, big / size, a_out, b_out), "that is the inter-node phase "
-             "alone: add the intra-node reduce-scatter and all-gather, a ring of L ranks on S.",
+             "inter-node-ring", "hierarchical"),
+        Slip(predict("ring", nodes, big / size, a_out, b_out), "inter-node-phase",
              "hierarchical"),
-        Slip(scenario_seconds("hierarchical") * 1e3, "that looks like milliseconds: answer in "
-             "seconds.", "hierarchical"),
+        Slip(scenario_seconds("hierarchical") * 1e3, "looks-like-milliseconds", "hierarchical"),
     ]
 
 
 def _hierarchical_success() -> str:
     ring, hierarchical = scenario_seconds("ring"), scenario_seconds("hierarchical")
-    return (f"ring {ring * 1e3:.1f} ms, hierarchical {hierarchical * 1e3:.1f} ms: "
-            f"{ring / hierarchical:.1f}× faster. Only S/L per rank crosses the slow link, in a "
-            f"ring of M = {SCENARIO['nodes']} instead of N = "
-            f"{SCENARIO['nodes'] * SCENARIO['ranks_per_node']}.")
+    return message(__name__, "09.3", "ring-and-hierarchical", ms=ring * 1e3,
+                   hierarchical=hierarchical * 1e3, faster=ring / hierarchical,
+                   nodes=SCENARIO['nodes'], ranks=SCENARIO['nodes'] * SCENARIO['ranks_per_node'])
 
 
 choice("09.4", module=__name__)

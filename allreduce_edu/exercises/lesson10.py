@@ -12,10 +12,11 @@ from ..model.costmodel import crossover
 from ..trace import format_bytes
 from .registry import exercise, hint, solution  # noqa: F401 - notebook
 from .spec import REQUIRED, Blank, Slip, names, number
+from .texts import message
 
 TRANSPORT_NAMES = {  # situation -> (NCCL's transport, Open MPI's BTL)
-    "two processes on one machine, through host memory": ("SHM", "sm"),
-    "two GPUs in one server, over NVLink or PCIe": ("P2P", "smcuda"),
+    message(__name__, "10.1", "two-processes-on"): ("SHM", "sm"),
+    message(__name__, "10.1", "two-gpus-in"): ("P2P", "smcuda"),
     "two machines, over the network": ("NET", "tcp"),
 }
 NCCL = {situation: names[0] for situation, names in TRANSPORT_NAMES.items()}
@@ -24,7 +25,7 @@ NCCL = {situation: names[0] for situation, names in TRANSPORT_NAMES.items()}
 def _fit(fit) -> tuple[float, float]:
     alpha, beta = (float(v) for v in fit)
     if not (alpha > 0 and beta > 0):
-        raise ValueError(f"a fit is (alpha, beta) in seconds and seconds per byte, got {fit}")
+        raise ValueError(message(__name__, "10.1", "fit-alpha-beta", fit=fit))
     return alpha, beta
 
 
@@ -34,8 +35,7 @@ number("10.1", module=__name__,
        inputs={"fits": REQUIRED}, call="fits", answer=lambda d: _shift(d.fits),
        slips=lambda d: _shift_slips(d.fits),
        otherwise=lambda d, name, got: (
-        f"off by ×{got / _shift(d.fits):.3g}. Write the crossover as a multiple of α/β "
-        f"(hint(\"10.1\")), then take the ratio of the two."),
+        message(__name__, "10.1", "off-by-value", write=got / _shift(d.fits))),
        success=lambda d: _shift_success(d.fits))
 
 
@@ -46,28 +46,26 @@ def _shift(fits) -> float:
 
 def _shift_slips(fits) -> list:
     (ag, bg), (as_, bs) = _fit(fits["grpc"]), _fit(fits["shm"])
-    return [Slip(1 / _shift(fits), "upside down: divide the shared-memory crossover by the gRPC "
-                                   "one."),
-            Slip(as_ / ag, "that is the ratio of the α alone. The crossover is where α's cost "
-                           "meets the bytes' cost, so β moves it too: it scales with α/β."),
-            Slip(bs / bg, "that is the ratio of the β alone; the crossover scales with α/β."),
-            Slip(bg / bs, "that is the ratio of the β alone; the crossover scales with α/β.")]
+    return [Slip(1 / _shift(fits), "upside-down-divide"),
+            Slip(as_ / ag, "ratio-alone-crossover"),
+            Slip(bs / bg, "ratio-alone-crossover-2"),
+            Slip(bg / bs, "ratio-alone-crossover-2")]
 
 
 def _shift_success(fits) -> str:
     (ag, bg), (as_, bs) = _fit(fits["grpc"]), _fit(fits["shm"])
     want = _shift(fits)
     way = "up: β fell more than α" if want > 1 else "down: α fell more than β"
-    return (f"×{want:.3g}, {way}. The crossover is 0.8·α/β on 4 ranks, so it moves with α/β, from "
-            f"{crossover('tree', 'ring', 4, ag, bg):,.0f} B on gRPC to "
-            f"{crossover('tree', 'ring', 4, as_, bs):,.0f} B on shared memory.")
+    return (message(__name__, "10.1", "want-3g-way", want=want, way=way,
+                    crossover=crossover('tree', 'ring', 4, ag, bg),
+                    crossover2=crossover('tree', 'ring', 4, as_, bs)))
 
 
 def model_against_measured(model: float | None, seen, largest: int) -> str:
     """Where the model's crossover falls against lesson 05's `measured_crossover` (`seen`), in
     words: lesson 10 prints this, so the model's size stays exercise 10.1's to compute."""
     if model is None:
-        return "nowhere: in the model the ring never overtakes the tree"
+        return message(__name__, "10.2", "nowhere-in-model")
     if seen is None:
         return f"{'below' if model < largest else 'above'} {format_bytes(largest)}"
     low, high = seen
@@ -98,8 +96,7 @@ number("10.2", module=__name__, setup="S, N = 16 << 20, 4", blanks=(Blank("my_co
         Slip(d.nbytes / d.world_size, "count-all-gather-2"),
     ],
        otherwise=lambda d, name, got: (
-        f"off by ×{got / d.nbytes:.3g}. Go through one rank's 2(N − 1) sends and mark which ones "
-        f"copy (hint(\"10.2\"))."),
+        message(__name__, "10.2", "off-by-value", go=got / d.nbytes)),
        values=lambda d: {"ring": 2 * (d.world_size - 1) * d.nbytes // d.world_size})
 
 
@@ -110,4 +107,4 @@ names("10.3", module=__name__, verb="name them", table=TRANSPORT_NAMES,
 def _transport_slip(got: str) -> str:
     others = [s for s, v in TRANSPORT_NAMES.items() if got.upper() in map(str.upper, v)]
     return (f"{got} is the path for {others[0]!r}." if others
-            else f"{got} is not one of NCCL's transports (SHM, P2P, NET).")
+            else message(__name__, "10.3", "got-one-nccl", got=got))

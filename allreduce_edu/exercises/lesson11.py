@@ -17,6 +17,7 @@ from .feedback import Feedback, failed, passed
 from .harness import RankError, run_on_ranks
 from .registry import exercise, hint, solution  # noqa: F401 - notebook
 from .spec import Blank, Slip, number
+from .texts import message
 
 
 def _zero1_on_rank(comm, blob: bytes, start, grads, lr: float) -> dict:
@@ -43,29 +44,26 @@ def _returned(got, rank: int, step: int, length: int, size: int):
     """What a rank's step returned, as an array, or a sentence on why it is not the weights."""
     at = f"rank {rank}'s my_zero1_step returned"
     if got is None:
-        return f"{at} None at step {step}: return the new full weights (all_gather's result)."
+        return message(__name__, "11.1", "at-none-at", at=at, step=step)
     try:
         array = np.asarray(got)
     except Exception:  # noqa: BLE001 - whatever the learner returned
         array = np.asarray(None)
     if array.dtype == object:
-        return f"{at} a {type(got).__name__} at step {step}: return a NumPy array of weights."
+        return message(__name__, "11.1", "at-name-at", at=at, name=type(got).__name__, step=step)
     if array.size == size:
-        return f"{at} {size} numbers, its shard alone: all-gather the shards into all {length}."
+        return message(__name__, "11.1", "at-size-numbers", at=at, size=size, length=length)
     if array.shape != (length,):
-        return f"{at} shape {array.shape} at step {step}: return the weights' shape, ({length},)."
+        return message(__name__, "11.1", "at-shape-shape", at=at, shape=array.shape, step=step,
+                       length=length)
     return array
 
 
 TIPS = (  # (words in "ErrorType: message", what usually causes it)
-    (("Timeout", "Mismatch"), "every rank must call the same collectives in the same order: "
-                              "reduce_scatter once, then all_gather once."),
-    (("NoneType", "dtype object"), "adam(...) updates its first argument in place and returns "
-                                   "None: call adam on your shard, then all-gather the shard."),
-    (("broadcast",), "m and v hold this rank's shard only, len(weights) // N elements: give adam "
-                     "this rank's shard of the weights and the reduce-scattered gradient."),
-    (("NameError",), "import what your step uses: from allreduce_edu import reduce_scatter, "
-                     "all_gather; from allreduce_edu.training.sharded.adam import adam."),
+    (("Timeout", "Mismatch"), message(__name__, "11.1", "every-rank-must")),
+    (("NoneType", "dtype object"), message(__name__, "11.1", "adam-updates-its")),
+    (("broadcast",), message(__name__, "11.1", "m-and-v")),
+    (("NameError",), message(__name__, "11.1", "import-step-uses")),
 )
 
 
@@ -74,7 +72,7 @@ def _raised(failure: RankError) -> str:
     e = failure.error
     kind, text = type(e).__name__, str(e).split("\n")[0].strip()[:300]
     tip = next((tip for words, tip in TIPS if any(w in f"{kind}: {text}" for w in words)),
-               "run it on Cluster(4, \"local\") with small float32 arrays to read the traceback.")
+               message(__name__, "11.1", "run-on-cluster"))
     return (f"your my_zero1_step raised {kind} on {failure.on}: "
             f"{text} — {tip}")
 
@@ -100,25 +98,20 @@ def _shard_problem(got, j: int, size: int, states, grads, step: int, lr: float) 
     (w, m, v, g), want = states[step - 1], states[step][0]
     cut = slice(j * size, (j + 1) * size)
     if not np.all(np.isfinite(got[cut])):
-        return ("it holds NaN or inf. Pass adam the step you are given: it counts from 1 (step 0 "
-                "divides by 1 − β^0 = 0).")
-    causes = [(w, "it still holds the weights from before the step: all-gather the shard after "
-                  "adam has updated it (adam changes its first argument in place)."),
+        return (message(__name__, "11.1", "holds-nan-or"))
+    causes = [(w, message(__name__, "11.1", "still-holds-weights")),
               (_after(w, m, v, grads[step - 1, j], step, lr),
-               f"it was updated with rank {j}'s own gradient, not the sum over all ranks: "
-               f"reduce-scatter grad first (rank r gets shard r of the sum)."),
+               message(__name__, "11.1", "was-updated-with", j=j)),
               (_after(w, 0 * m, 0 * v, g, step, lr),
-               f"m and v started from zero again at step {step}: update the m and v you are "
-               f"given, in place (adam does), so they carry over to the next step.")]
-    causes += [(_after(w, m, v, g, other, lr), "Adam used the wrong step count: pass adam the "
-                "step you are given.") for other in {max(step - 1, 1), step + 1}]
-    causes += [(np.roll(want, (j - i) * size), f"it holds shard {i}'s new weights: join the "
-                f"shards in rank order (all_gather does).") for i in range(len(got) // size)]
+               message(__name__, "11.1", "m-and-v-2", step=step))]
+    causes += [(_after(w, m, v, g, other, lr), message(__name__, "11.1", "adam-used-wrong"))
+               for other in {max(step - 1, 1), step + 1}]
+    causes += [(np.roll(want, (j - i) * size), message(__name__, "11.1", "holds-shard-i", i=i))
+               for i in range(len(got) // size)]
     for candidate, why in causes:
         if np.allclose(got[cut], candidate[cut], rtol=1e-5, atol=1e-6):
             return why
-    return (f"it differs from all-reduce + Adam on the full weights by up to "
-            f"{np.abs(got[cut] - want[cut]).max():.2e}.")
+    return (message(__name__, "11.1", "differs-from-all", max=np.abs(got[cut] - want[cut]).max()))
 
 
 def _traffic_problem(sent: dict, length: int, n: int, rank: int, step: int) -> str | None:
@@ -126,14 +119,10 @@ def _traffic_problem(sent: dict, length: int, n: int, rank: int, step: int) -> s
     u, total = (n - 1) * length * 4 // n, sum(sent.values())
     if total == 2 * u:
         return None
-    says = (f"right weights, but rank {rank} sent {total} bytes in step {step}, "
-            f"{total / (2 * u):g}× the {2 * u} ZeRO-1 needs (reduce-scatter and all-gather, "
-            f"(N−1)/N·S = {u} each). ")
+    says = (message(__name__, "11.1", "right-weights-rank", rank=rank, total=total, step=step,
+                    value=total / (2 * u), zero=2 * u, u=u))
     if sent.get("allreduce"):
-        return says + ("An all-reduce sends 2× the bytes of the reduce-scatter (or all-gather) "
-                       "it stands for: each rank updates only its own shard, so it needs only "
-                       "that shard of the summed gradient. llm.c's first ZeRO-1 all-reduced too, "
-                       "until a pull request moved Adam between reduce-scatter and all-gather.")
+        return says + (message(__name__, "11.1", "all-reduce-sends"))
     return says + f"Its bytes by collective: {sent}."
 
 
@@ -164,12 +153,13 @@ def check_zero1_step(fn, world_size: int = 4, length: int = 80, steps: int = 3, 
                 cut = slice(j * size, (j + 1) * size)
                 if not np.allclose(got[cut], states[step][0][cut], rtol=1e-5, atol=1e-6):
                     why = _shard_problem(got, j, size, states, grads, step, lr)
-                    return failed(f"on rank {rank}, rank {j}'s shard (elements {cut.start}.."
-                                  f"{cut.stop - 1}) differs after step {step}: {why}")
+                    return failed(message(__name__, "11.1", "on-rank-rank", rank=rank, j=j,
+                                          start=cut.start,
+                                          differs=cut.stop - 1,
+                                          step=step, why=why))
     dtypes = {report["returned"][0].dtype.name for report in reports} - {"float32"}
     if dtypes:
-        return failed(f"right values, but your weights came back as {', '.join(dtypes)}: keep "
-                      f"them float32, the dtype they came in (all-gather the float32 shard).")
+        return failed(message(__name__, "11.1", "right-values-weights", listed=', '.join(dtypes)))
     for rank, report in enumerate(reports):
         for step, sent in enumerate(report["sent"], start=1):
             problem = _traffic_problem(sent, length, n, rank, step)
@@ -177,10 +167,8 @@ def check_zero1_step(fn, world_size: int = 4, length: int = 80, steps: int = 3, 
                 return failed(problem)
     u = (n - 1) * length * 4 // n
     where = {"grpc": "gRPC", "local": "thread", "shm": "shared-memory"}.get(transport, transport)
-    return passed(f"ZeRO-1 on {n} {where} ranks: after {steps} Adam steps every shard matches "
-                  f"all-reduce + Adam on the full weights, with m and v for {size} of the {length} "
-                  f"weights per rank. Rank 0 sent {2 * u} bytes per step: reduce-scatter {u} + "
-                  f"all-gather {u} = 2(N−1)/N·S, an all-reduce's bytes.")
+    return passed(message(__name__, "11.1", "zero-1-on", n=n, where=where, steps=steps, size=size,
+                          length=length, bytes=2 * u, u=u))
 
 
 number("11.2", module=__name__,
@@ -190,9 +178,8 @@ number("11.2", module=__name__,
        answer=lambda d: sum(zero_formula("zero2", d.psi, d.world_size, "mixed").values()),
        slips=lambda d: _zero2_slips(d.psi, d.world_size),
        otherwise=lambda d, name, got: (
-        f"off by ×{got / sum(zero_formula('zero2', d.psi, d.world_size, 'mixed').values()):.3g}. "
-        f"Add the three parts one by one: parameters, gradients, optimizer states "
-        f"(hint(\"11.2\"))."),
+        message(__name__, "11.2", "off-by-value",
+                add=got / sum(zero_formula('zero2', d.psi, d.world_size, 'mixed').values()))),
        success=lambda d: _zero2_success(d.psi, d.world_size))
 
 
@@ -201,32 +188,21 @@ def _gb(x: float) -> str:
 
 
 def _zero2_slips(psi: float, n: int) -> list:
-    return [Slip(sum(zero_formula("zero2", psi, n, "mixed").values()) / 1e9,
-                 "that looks like GB: answer in bytes."),
-            Slip(4 * psi + 12 * psi / n, "the gradients are not divided by N: 4Ψ + KΨ/N is "
-                 "ZeRO-1, which shards only the optimizer states. ZeRO-2 keeps only its 1/N of "
-                 "the gradients too."),
-            Slip(4 * psi + 16 * psi / n, "you counted 4-byte parameters and gradients: in mixed "
-                 "precision they are fp16, 2 bytes each; the fp32 copy of the weights is one of "
-                 "the K = 12 bytes."),
-            Slip(16 * psi, "that is data parallel's (2 + 2 + K)Ψ, nothing sharded. ZeRO-2 shards "
-                 "the gradients and the optimizer states."),
-            Slip(16 * psi / n, "that is ZeRO-3's (2 + 2 + K)Ψ/N. ZeRO-2 still keeps every "
-                 "parameter on every rank: 2Ψ bytes of fp16."),
-            Slip(14 * psi / n, "you left out the parameters: ZeRO-2 keeps all of them on every "
-                 "rank."),
-            Slip(2 * psi + 2 * psi / n + 12 * psi, "the optimizer states are sharded too (stage "
-                 "1; stage 2 adds the gradients): KΨ/N."),
-            Slip(2 * psi + 10 * psi / n, "K = 8 counts m and v alone; mixed precision adds the "
-                 "fp32 master weights: K = 12.")]
+    return [Slip(sum(zero_formula("zero2", psi, n, "mixed").values()) / 1e9, "gb"),
+            Slip(4 * psi + 12 * psi / n, "gradients-are-divided"),
+            Slip(4 * psi + 16 * psi / n, "counted-4-byte"),
+            Slip(16 * psi, "data-parallel-2"),
+            Slip(16 * psi / n, "zero-3-2"),
+            Slip(14 * psi / n, "left-out-parameters"),
+            Slip(2 * psi + 2 * psi / n + 12 * psi, "optimizer-states-are"),
+            Slip(2 * psi + 10 * psi / n, "k-8-counts")]
 
 
 def _zero2_success(psi: float, n: int) -> str:
     want = sum(zero_formula("zero2", psi, n, "mixed").values())
-    return (f"{want:,.0f} bytes = 2Ψ + (2 + K)Ψ/N, {_gb(want)}: all the fp16 parameters "
-            f"({_gb(2 * psi)}), 1/{n} of the gradients and of Adam's state. Data parallel holds "
-            f"{_gb(16 * psi)}, ZeRO-1 {_gb(4 * psi + 12 * psi / n)}, ZeRO-3 "
-            f"{_gb(16 * psi / n)}.")
+    return (message(__name__, "11.2", "want-0f-bytes", want=want, gb=_gb(want), gb2=_gb(2 * psi),
+                    n=n, gb3=_gb(16 * psi), gb4=_gb(4 * psi + 12 * psi / n),
+                    gb5=_gb(16 * psi / n)))
 
 
 number("11.3", module=__name__,
@@ -244,8 +220,7 @@ number("11.3", module=__name__,
         Slip(3 * _one_collective(d) * 4 / d.itemsize, "parameters-and-gradients"),
     ],
        otherwise=lambda d, name, got: (
-        f"off by ×{got / (3 * _one_collective(d)):.3g}. List one step's collectives and what each "
-        f"one covers (hint(\"11.3\"))."),
+        message(__name__, "11.3", "off-by-value", list=got / (3 * _one_collective(d)))),
        values=lambda d: {"zero3": 3 * _one_collective(d), "ddp": 2 * _one_collective(d)})
 
 

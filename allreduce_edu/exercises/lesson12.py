@@ -23,6 +23,7 @@ from ..training.sharded.overlap import (  # noqa: F401 - zero3_pass: the noteboo
 from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, solution  # noqa: F401 - notebook
 from .spec import Blank, Slip, choice, number
+from .texts import message
 
 # the lesson's MLP (64, 256, 256, 256, 256, 8) in float64: each layer's W and b, in bytes
 MLP_LAYER_BYTES = [133_120, 526_336, 526_336, 526_336, 16_448]
@@ -110,12 +111,11 @@ def busy_cores(cluster, nbytes: int, iters: int = 10) -> float:
 # --- 12.1 ------------------------------------------------------------------------------------
 # (name, layer_bytes, backward_seconds, alpha, beta, world_size)
 NETWORKS = (
-    ("this lesson's MLP behind the emulated link (α = 2 ms, 200 MB/s, N = 4)",
+    (message(__name__, "12.1", "lesson-mlp-behind"),
      MLP_LAYER_BYTES, [2 * MS, 30 * MS, 30 * MS, 30 * MS, 2 * MS], 2e-3, 1 / 200e6, 4),
-    ("a slow-α network (α = 5 ms, 10 GB/s, N = 8), 12 layers of 4 MiB",
+    (message(__name__, "12.1", "slow-network-5"),
      [4 << 20] * 12, [20 * MS] * 12, 5e-3, 1 / 10e9, 8),
-    ("a fast-α network like NCCL's (α = 10 µs, 25 GB/s, N = 64), 24 layers of 50 MiB and "
-     "a 200 MiB embedding",
+    (message(__name__, "12.1", "fast-network-like"),
      [200 << 20] + [50 << 20] * 24, [20 * MS] + [6 * MS] * 24, 10e-6, 1 / 25e9, 64),
 )
 
@@ -136,10 +136,7 @@ def check_choose_bucket(choose_bucket) -> Feedback:
         problem = _bucket_problem(choose_bucket, *network)
         if problem:
             return failed(problem)
-    return passed("within 10% of the model's best on all three networks: few big buckets where "
-                  "α is dear, one per layer where it is cheap, and in between on the emulated "
-                  "link, where the last bucket must be small enough to finish soon after "
-                  "backward.")
+    return passed(message(__name__, "12.1", "within-10-model"))
 
 
 def _bucket_problem(choose_bucket, name, layer_bytes, backward, alpha, beta, n) -> str:
@@ -153,23 +150,21 @@ def _bucket_problem(choose_bucket, name, layer_bytes, backward, alpha, beta, n) 
         return f"on {name}, choose_bucket raised {type(e).__name__}: {e}"
     if isinstance(got, bool) or not isinstance(got, (int, float, np.integer, np.floating)) \
             or not got > 0:
-        return f"on {name} you returned {got!r}: return a bucket size in bytes, a positive number."
+        return message(__name__, "12.1", "on-name-returned", name=name, got=got)
     if model(got) <= 1.1 * model(best) + 1e-9:
         return ""
     buckets = bucket_layers(layer_bytes, got)
     plural = "s" if len(buckets) > 1 else ""
-    where = (f"on {name}, your {got:,.0f} bytes make {len(buckets)} bucket{plural} and leave "
-             f"{model(got) / MS:.1f} ms exposed; {best:,} bytes "
-             f"({len(bucket_layers(layer_bytes, best))} buckets) leave {model(best) / MS:.1f} ms")
+    where = (message(__name__, "12.1", "on-name-got", name=name, got=got, count=len(buckets),
+                     plural=plural, ms=model(got) / MS, best=best,
+                     count2=len(bucket_layers(layer_bytes, best)),
+                     leave=model(best) / MS))
     if len(buckets) == 1:
-        why = ("one bucket is ready only when backward has finished, so nothing overlaps: the "
-               "whole all-reduce is exposed. Smaller buckets start during backward.")
+        why = (message(__name__, "12.1", "one-bucket-ready"))
     elif len(buckets) == len(layer_bytes):
-        why = (f"one bucket per layer pays 2(N − 1)α = {2 * (n - 1) * alpha / MS:.2f} ms for "
-               f"every layer, and the buckets queue behind each other. Bigger buckets pay "
-               f"fewer α.")
+        why = (message(__name__, "12.1", "one-bucket-per", ms=2 * (n - 1) * alpha / MS))
     else:
-        why = "compare every candidate size with predict_exposed (hint(\"12.1\"))."
+        why = message(__name__, "12.1", "compare-every-candidate")
     return f"{where}: {why}"
 
 
@@ -182,8 +177,7 @@ number("12.2", module=__name__,
        call="layer_bytes, alpha, beta, N", unit="seconds", answer=lambda d: _exposed(d),
        slips=lambda d: _exposed_slips(d),
        otherwise=lambda d, name, got: (
-        f"off by ×{got / _exposed(d):.3g}: add up 2(N − 1)·α + 2(N − 1)/N·S·β over the layers "
-        f"(hint(\"12.2\"))."),
+        message(__name__, "12.2", "off-by-value", add=got / _exposed(d))),
        success=lambda d: _exposed_success(d))
 
 
@@ -195,24 +189,19 @@ def _exposed(d) -> float:
 def _exposed_slips(d) -> list:
     n, total, k = d.world_size, sum(d.layer_bytes), len(d.layer_bytes)
     want = sum(predict("ring", n, s, d.alpha, d.beta) for s in d.layer_bytes)
-    return [Slip(want * 1e3, "that looks like milliseconds: the checker wants seconds."),
-            Slip(2 * (n - 1) / n * total * d.beta, "that is the bytes' time alone: every "
-                 "bucket's ring also pays 2(N − 1) latencies α, one per step."),
-            Slip(predict("ring", n, total, d.alpha, d.beta), "that is one all-reduce of all the "
-                 "gradients. Here each layer is its own bucket, and each bucket's ring pays its "
-                 "own 2(N − 1)α."),
-            Slip(k * d.alpha + 2 * (n - 1) / n * total * d.beta, "a ring all-reduce takes "
-                 "2(N − 1) steps, and every step pays α."),
-            Slip(k * 2 * (n - 1) * d.alpha + total * d.beta, "each rank sends 2(N − 1)/N of each "
-                 "bucket, not the bucket once.")]
+    return [Slip(want * 1e3, "looks-like-milliseconds"),
+            Slip(2 * (n - 1) / n * total * d.beta, "bytes-time-alone"),
+            Slip(predict("ring", n, total, d.alpha, d.beta), "one-all-reduce"),
+            Slip(k * d.alpha + 2 * (n - 1) / n * total * d.beta, "ring-all-reduce"),
+            Slip(k * 2 * (n - 1) * d.alpha + total * d.beta, "each-rank-sends")]
 
 
 def _exposed_success(d) -> str:
     n, total, k = d.world_size, sum(d.layer_bytes), len(d.layer_bytes)
     want = sum(predict("ring", n, s, d.alpha, d.beta) for s in d.layer_bytes)
-    return (f"{want / MS:.1f} ms: {k} buckets × 2(N − 1)α = {k * 2 * (n - 1) * d.alpha / MS:.0f} "
-            f"ms of latency, and 2(N − 1)/N·Σ S·β = {2 * (n - 1) / n * total * d.beta / MS:.1f} ms "
-            f"of bytes. The measurement below puts a number beside it.")
+    return (message(__name__, "12.2", "value-1f-ms", ms=want / MS, k=k,
+                    value2=k * 2 * (n - 1) * d.alpha / MS,
+                    value3=2 * (n - 1) / n * total * d.beta / MS))
 
 
 # --- 12.3 ------------------------------------------------------------------------------------

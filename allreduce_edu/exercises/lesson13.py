@@ -17,6 +17,7 @@ from ..training.pytorch import NEEDS_TORCH, have_torch
 from .feedback import Feedback, failed, passed
 from .harness import run_on_ranks
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
+from .texts import message
 
 NORM_PARAMETERS = ("layernorm.weight", "layernorm.bias")
 
@@ -83,7 +84,7 @@ def print_bytes(result: dict) -> None:
     """Rank 0's bytes per collective beside the ring's (N − 1)/N·S per phase."""
     n, s, h = result["world_size"], result["nbytes"], result["hidden"]
     formula = {"reduce_scatter": (n - 1) / n, "all_gather": (n - 1) / n}
-    print(f"N = {n}, S = {s} bytes of activations, norm weight + bias = {2 * h * 8} bytes")
+    print(message(__name__, "13.1", "n-n-bytes", n=n, s=s, bytes=2 * h * 8))
     for (collective, phase), sent in result["bytes"].items():
         size = 2 * h * 8 if collective.startswith("allreduce") else s
         print(f"  {collective:<32} {phase:<15} {sent:>6} B   (N−1)/N·{size} = "
@@ -131,15 +132,14 @@ def check_ddp_hook(my_ddp_hook, ring=None, world_size: int = 3, steps: int = 3,
     if failure:  # the learner's hook ran on the ranks: report it
         e, on = failure.error, failure.on
         text = str(e).strip().splitlines()[0].removeprefix(f"{on}: ")
-        return failed(f"my_ddp_hook failed on {on}: {type(e).__name__}: {text} "
-                      f"(hint(\"13.1\")).")
+        return failed(message(__name__, "13.1", "my-ddp-hook", on=on, name=type(e).__name__,
+                              text=text))
     wrong = diagnose(per_rank, one_process_losses(steps))
     if wrong:
         return failed(f"{wrong} (hint(\"13.1\")).")
     buckets = len(per_rank[0]["log"])
-    return passed(f"all {buckets} buckets of {steps} steps came back as the mean of the "
-                  f"{len(per_rank)} ranks' gradients, on every rank, and every one of them "
-                  f"travelled through your ring.")
+    return passed(message(__name__, "13.1", "all-buckets-buckets", buckets=buckets, steps=steps,
+                          count=len(per_rank)))
 
 
 # --- 13.2 ------------------------------------------------------------------------------------
@@ -168,19 +168,17 @@ def check_norm_grad_sync(my_sync_norm_grads, world_size: int = 3, steps: int = 4
         world_size = cluster.world_size
     if failure:  # the learner's code ran on the ranks: report it
         e = failure.error
-        return failed(f"my_sync_norm_grads raised {type(e).__name__} on the ranks: "
-                      f"{str(e).splitlines()[0]}. It gets two float64 arrays of shape (hidden,) "
-                      f"and returns two of the same shape.")
+        return failed(message(__name__, "13.2", "my-sync-norm", name=type(e).__name__,
+                              ranks=str(e).splitlines()[0]))
     ref, start = train_in_one_process(steps, lr), full_parameters()
     for step in range(steps):
         for name in NORM_PARAMETERS:
             ranks = [h[name][step] for h in history]
             for r, value in enumerate(ranks[1:], start=1):
                 if not np.allclose(value, ranks[0], rtol=1e-9, atol=1e-12):
-                    return failed(f"{name} differs between rank 0 and rank {r} from step "
-                                  f"{step + 1}: max |Δ| = {np.abs(value - ranks[0]).max():.2e}. "
-                                  f"Each rank's gradient covers only the rows it normalised, so "
-                                  f"each rank takes a different step (hint(\"13.2\")).")
+                    return failed(message(__name__, "13.2", "name-differs-between", name=name, r=r,
+                                          step=step + 1,
+                                          max=np.abs(value - ranks[0]).max()))
             if not np.allclose(ranks[0], ref[name][step], rtol=1e-9, atol=1e-12):
                 ours = ranks[0] - (start[name].detach().numpy() if step == 0
                                    else history[0][name][step - 1])
@@ -188,12 +186,9 @@ def check_norm_grad_sync(my_sync_norm_grads, world_size: int = 3, steps: int = 4
                                           else ref[name][step - 1])
                 ratio = float(np.dot(ours, want) / np.dot(want, want))
                 why = (f"your step is {ratio:.2f}× the right one: "
-                       + ("did you average? The ranks hold parts of a sum (each its own rows); "
-                          "add them." if abs(ratio * world_size - 1) < 1e-6
-                          else "return the sum over the ranks of each gradient."))
-                return failed(f"{name} is the same on every rank but differs from one-process "
-                              f"training from step {step + 1}: {why}")
-    return passed(f"the norm's weight and bias stay equal on all {world_size} ranks, and equal "
-                  f"to one process's, for {steps} steps. Without this all-reduce the copies drift "
-                  f"apart silently, as users of GPT-NeoX and TransformerEngine found (lesson 13 "
-                  f"links the reports): only a check like this one sees it.")
+                       + (message(__name__, "13.2", "did-average-ranks")
+                          if abs(ratio * world_size - 1) < 1e-6
+                          else message(__name__, "13.2", "return-sum-over")))
+                return failed(message(__name__, "13.2", "name-same-on", name=name, step=step + 1,
+                                      why=why))
+    return passed(message(__name__, "13.2", "norm-weight-and", world_size=world_size, steps=steps))

@@ -11,6 +11,9 @@ import time
 
 import numpy as np
 
+from .texts import message
+
+LESSON = "allreduce_edu.exercises.lesson13"  # its messages: lesson13.toml
 BATCH = 48  # a batch that 3 ranks (and 2, 4) shard into equal parts
 
 
@@ -47,19 +50,20 @@ def train_with_hook(comm, meet: str, hook, ring, steps: int, deadline: float) ->
         log.append(entry)
         future = hook(state, bucket)
         if not isinstance(future, torch.futures.Future):
-            raise TypeError(f"rank {comm.rank}: your hook returned a {type(future).__name__} for "
-                            f"bucket {entry['index']}; DDP needs a torch.futures.Future")
+            raise TypeError(message(LESSON, "13.1", "rank-rank-hook", rank=comm.rank,
+                                    name=type(future).__name__,
+                                    entry=entry['index']))
         waited = time.monotonic() + deadline
         while not future.done() and time.monotonic() < waited:
             time.sleep(0.001)
         if not future.done():
-            raise RuntimeError(f"rank {comm.rank}: the future your hook returned for bucket "
-                               f"{entry['index']} was still not complete after {deadline:.0f} s:"
-                               f" nothing called its set_result")
+            raise RuntimeError(message(LESSON, "13.1", "rank-rank-future", rank=comm.rank,
+                                       entry=entry['index'],
+                                       deadline=deadline))
         value = future.value()
         if not isinstance(value, torch.Tensor):
-            raise TypeError(f"rank {comm.rank}: your future holds a {type(value).__name__}; DDP "
-                            f"copies a torch tensor into the gradients (torch.from_numpy)")
+            raise TypeError(message(LESSON, "13.1", "rank-rank-future-2", rank=comm.rank,
+                                    name=type(value).__name__))
         entry["output"] = value.detach().numpy().copy()
         return future
 
@@ -88,25 +92,21 @@ def diagnose(per_rank: list[dict], one: np.ndarray) -> str | None:
         want = np.mean(inputs, axis=0)
         for r, (mine, out) in enumerate(zip(inputs, outputs, strict=True)):
             if out.shape != want.shape:
-                return (f"on rank {r}, {where} ({want.size} values, flat) came back with shape "
-                        f"{out.shape}: return the whole bucket, same shape")
+                return (message(LESSON, "13.1", "on-rank-r-2", r=r, where=where, size=want.size,
+                                shape=out.shape))
             if np.allclose(out, want, rtol=1e-9, atol=1e-12):
                 continue
             if np.allclose(out, n * want, rtol=1e-9, atol=1e-12):
-                return (f"on rank {r}, {where} came back as the sum over the {n} ranks, {n}× the "
-                        f"mean DDP expects: each rank's gradient is already its shard's mean, "
-                        f"so the batch's gradient is the ranks' average")
+                return (message(LESSON, "13.1", "on-rank-r-3", r=r, where=where, n=n))
             if np.allclose(out, mine, rtol=1e-9, atol=1e-12):
-                return (f"on rank {r}, {where} came back as this rank's own gradients, "
-                        f"unchanged: the bucket has to go through state.ring to the other ranks")
-            return (f"on rank {r}, {where} is not the ranks' mean: max |Δ| = "
-                    f"{np.abs(out - want).max():.2e}")
+                return (message(LESSON, "13.1", "on-rank-r-4", r=r, where=where))
+            return (message(LESSON, "13.1", "on-rank-r", r=r, where=where,
+                            max=np.abs(out - want).max()))
     silent = [r for r, run in enumerate(per_rank) if run["bytes_sent"] == 0]
     if silent:
-        return (f"the buckets came back right, but rank {silent[0]} sent no byte through its "
-                f"communicator: gloo did the work, not your ring; call state.ring(state.comm, x)")
+        return (message(LESSON, "13.1", "buckets-came-back", silent=silent[0]))
     losses = np.mean([r["losses"] for r in per_rank], axis=0)
     gap = float(np.max(np.abs(losses - one) / np.abs(one)))
     if gap > 1e-9:
-        return f"every bucket is right, yet the loss differs from one process's by {gap:.1e}"
+        return message(LESSON, "13.1", "every-bucket-right", gap=gap)
     return None

@@ -22,6 +22,7 @@ import numpy as np
 from .feedback import Feedback, failed, not_attempted, passed
 from .registry import exercise, hint, is_stub, solution  # noqa: F401 - notebook
 from .spec import choice
+from .texts import message
 
 try:
     from ..kernels import gpu
@@ -61,8 +62,8 @@ class _Block:
         for w in workers:
             w.join(max(deadline - time.monotonic(), 0))
         if any(w.is_alive() for w in workers):
-            self.problem = self.problem or (f"the block had not finished after {TIMEOUT:.0f} s: "
-                                            f"does your loop end (the stride must reach 0)?")
+            self.problem = self.problem or (message(__name__, "14.1", "block-had-finished",
+                                                    TIMEOUT=TIMEOUT))
             with self._cond:  # stop every thread: at its next barrier, or its next line
                 self.turn = -1
                 self._cond.notify_all()
@@ -117,17 +118,16 @@ class _Block:
             self.state, self.turn = ["run"] * self.threads, 0
             if len(self.snapshots) > 2 * self.threads.bit_length() + 4:  # far more than log2(T)
                 self.problem = self.problem or (
-                    f"the block passed {len(self.snapshots) - 1} barriers and was still going: "
-                    f"does your loop end (the stride must reach 0)?")
+                    message(__name__, "14.1", "block-passed-value",
+                            barriers=len(self.snapshots) - 1))
                 self.turn = -1
         else:  # all done, or a barrier that only some threads reached
             waiting = [i for i, s in enumerate(self.state) if s == "barrier"]
             if waiting:
                 done = [i for i, s in enumerate(self.state) if s == "done"]
                 self.problem = self.problem or (
-                    f"{_threads(waiting)} wait(s) at a syncthreads() that {_threads(done)} "
-                    f"never reach(es) (returned first): every thread of the block "
-                    f"must call it, so keep it outside the `if` (on a GPU this hangs)")
+                    message(__name__, "14.1", "threads-wait-at", threads=_threads(waiting),
+                            threads2=_threads(done)))
             self.turn = -1
         self._cond.notify_all()
 
@@ -185,9 +185,7 @@ def _problem(tree_sum, threads: int) -> str:
     interleaved = gpu.block.partials(2.0 ** np.arange(threads), "interleaved")
     if len(got) == len(interleaved) and all((g == w).all()
                                             for g, w in zip(got, interleaved, strict=True)):
-        return ("that is the interleaved tree (stride 1, 2, 4, ...: lesson 04's order). Its sum "
-                "is right, but the kernels' tree starts at stride blockDim.x // 2, so that the "
-                "active threads stay side by side and whole warps finish early.")
+        return (message(__name__, "14.1", "interleaved-tree-stride"))
     barriers, steps = max(block.barriers), len(want) - 1
     # (step, what the block held, what the tree holds): the block's last state beside the tree's
     pairs = [(k, got[k], want[k]) for k in range(1, min(len(got) - 1, steps))]
@@ -196,17 +194,15 @@ def _problem(tree_sum, threads: int) -> str:
         if len(wrong):
             t = int(wrong[0])
             when = f"after step {k} of {steps}" if k < steps else "when the block has finished"
-            message = (f"with {threads} threads, {when} thread {t} holds the partials of threads "
-                       f"{_who(g[t], threads)}, but the tree gives it {_who(w[t], threads)}")
+            text = message(__name__, "14.1", "with-threads-threads-2", threads=threads,
+                           when=when, t=t, who=_who(g[t], threads), who2=_who(w[t], threads))
             if barriers < steps - 1:
                 calls = f"call syncthreads() {barriers} times" if barriers else \
                     "never call syncthreads()"
-                message += (f". Your threads {calls}; each of the {steps} steps reads what the "
-                            f"step before wrote, so a thread must wait for the others after "
-                            f"every step (here thread {t} ran ahead and read a partial its "
-                            f"partner had not added yet)")
-            return message + "."
-    return f"with {threads} threads the steps do not follow the tree (hint(\"14.1\"))."
+                text += message(__name__, "14.1", "threads-calls-each", calls=calls, steps=steps,
+                                t=t)
+            return text + "."
+    return message(__name__, "14.1", "with-threads-threads", threads=threads)
 
 
 
@@ -217,14 +213,11 @@ def check_tree_sum(tree_sum) -> Feedback:
     """Exercise 14.1: tree_sum leaves the sum of shared[0:blockDim.x] in shared[0], step by step
     as the tree does, on blocks of 2, 8 and 32 threads; then inside a kernel on this target."""
     if GPU_MISSING:
-        return failed(f"this exercise runs on numba-cuda's CUDA simulator, which installs with "
-                      f"allreduce-edu on Linux and Windows (macOS has no build) ({GPU_MISSING})")
+        return failed(message(__name__, "14.1", "exercise-runs-on", GPU_MISSING=GPU_MISSING))
     if is_stub(getattr(tree_sum, "py_func", tree_sum)):
-        return not_attempted("write the body of tree_sum in place of `...`, then run this cell "
-                             "again. Stuck? hint(\"14.1\") gives a first hint.")
+        return not_attempted(message(__name__, "14.1", "write-body-tree"))
     if not hasattr(tree_sum, "py_func"):
-        return failed("decorate tree_sum with @cuda.jit(device=True): a kernel can call only "
-                      "device functions.")
+        return failed(message(__name__, "14.1", "decorate-tree-sum"))
     for threads in (8, 2, 32):
         problem = _problem(tree_sum, threads)
         if problem:
@@ -233,15 +226,12 @@ def check_tree_sum(tree_sum) -> Feedback:
     try:
         got = block_total(tree_sum, values)
     except Exception as e:  # noqa: BLE001 - e.g. numba cannot compile it for the device
-        return failed(f"your tree_sum passed in lockstep, but in a real kernel it raised "
-                      f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        return failed(message(__name__, "14.1", "tree-sum-passed", name=type(e).__name__,
+                              value=str(e).splitlines()[0] if str(e) else ''))
     if not np.isclose(got, values.sum(), rtol=1e-12):
-        return failed(f"in a real kernel of 32 threads shared[0] ends as {got!r}, not the sum "
-                      f"{values.sum()!r}.")
+        return failed(message(__name__, "14.1", "in-real-kernel", got=got, sum=values.sum()))
     where = "the CUDA simulator" if gpu.simulated() else "this GPU"
-    return passed(f"every thread holds the right partial after every step (2, 8 and 32 threads), "
-                  f"and on {where} a block of 32 threads sums its values to {got:.6f}: "
-                  f"log2(32) = 5 steps instead of 31 additions in a row.")
+    return passed(message(__name__, "14.1", "every-thread-holds", where=where, got=got))
 
 
 def block_total(tree_sum, values) -> float:

@@ -27,6 +27,7 @@ from .quorum_cases import (
 )
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 from .spec import Blank, Slip, number
+from .texts import message
 
 # --- 15.1 ------------------------------------------------------------------------------------
 
@@ -72,10 +73,9 @@ def check_quorum(fn, max_replicas: int = 5) -> Feedback:
     for case, got, want in results:
         if want is not None and got.quorum_id != want.quorum_id:
             return failed(id_problem(case, got, want))
-    return passed(f"{len(results):,} memberships of up to {max_replicas} replicas and {pairs:,} "
-                  f"splits of up to {max_replicas + 1}: two disjoint groups never both form a "
-                  f"quorum, an unchanged membership keeps its id, a lost majority forms none. "
-                  f"The chaos run below forms every quorum with your rule.")
+    return passed(message(__name__, "15.1", "count-memberships-up", count=len(results),
+                          max_replicas=max_replicas, pairs=pairs,
+                          two=max_replicas + 1))
 
 
 # --- 15.2 ------------------------------------------------------------------------------------
@@ -109,58 +109,49 @@ def check_heal(fn) -> Feedback:
         problem = _heal_problem(steps, grads, got)
         if problem:
             return failed(f"with steps = {steps} (rank: committed step): {problem}")
-    return passed("on all seven quorums every rank behind copies an up-to-date peer, the "
-                  "transfers spread over the senders, a healing rank adds zeros and the sum is "
-                  "divided by the ranks that sent a gradient: every rank takes the same step, "
-                  "the up-to-date ranks' average.")
+    return passed(message(__name__, "15.2", "on-all-seven"))
 
 
 def _heal_problem(steps: dict, grads: dict, got) -> str:
     """What is wrong with one answer ("" if nothing)."""
     if not isinstance(got, (tuple, list)) or len(got) != 3:
-        return f"you returned {got!r}: return (plan, contributions, participants)."
+        return message(__name__, "15.2", "returned-got-r", got=got)
     plan, contributions, participants = got
     top = max(steps.values())
     sources = [r for r, s in steps.items() if s == top]
     behind = [r for r, s in steps.items() if s < top]
     if not isinstance(plan, dict):
-        return f"plan is a {type(plan).__name__}: make it a dict {{rank behind: source rank}}."
+        return message(__name__, "15.2", "plan-name-make", name=type(plan).__name__)
     for r in behind:
         if r not in plan:
-            return (f"rank {r} is at step {steps[r]}, behind the quorum's max step {top}: it "
-                    f"must copy an up-to-date rank's state first (plan[{r}] = a rank at {top}).")
+            return (message(__name__, "15.2", "rank-r-at", r=r, steps=steps[r], top=top))
     for dst, src in plan.items():
         if dst not in behind:
-            return f"rank {dst} is at the max step {top}: it is up to date and copies from no one."
+            return message(__name__, "15.2", "rank-dst-at", dst=dst, top=top)
         if src not in sources:
             at = f"at step {steps[src]}, behind too" if src in steps else "not in the quorum"
-            return (f"rank {dst} would copy from rank {src}, {at}: copy from a rank at the max "
-                    f"step {top} (here {', '.join(map(str, sources))}).")
+            return (message(__name__, "15.2", "rank-dst-would", dst=dst, src=src, at=at, top=top,
+                            listed=', '.join(map(str, sources))))
     cap = -(-len(behind) // len(sources))
     busiest, sends = Counter(plan.values()).most_common(1)[0] if plan else (None, 0)
     if sends > cap:
-        return (f"rank {busiest} sends its whole state to {sends} ranks while other up-to-date "
-                f"ranks send less: take the sources in turn, at most {cap} transfers each.")
+        return (message(__name__, "15.2", "rank-busiest-sends", busiest=busiest, sends=sends,
+                        cap=cap))
     if not isinstance(contributions, dict) or set(contributions) != set(steps):
-        return ("contributions must be a dict with an array for every rank of the quorum: every "
-                "member joins the all-reduce, or the others wait for it.")
+        return (message(__name__, "15.2", "contributions-must-be"))
     for r, g in grads.items():
         c = np.asarray(contributions[r])
         if r in behind and not (c.shape == g.shape and np.all(c == 0)):
             what = "its own gradient" if np.array_equal(c, g) else "something other than zeros"
-            return (f"rank {r} is healing, yet it contributes {what}: its gradient was computed "
-                    f"on the weights it had before the heal (a replacement's fresh ones) and "
-                    f"would pull every replica off course. It contributes zeros this step.")
+            return (message(__name__, "15.2", "rank-r-healing", r=r, what=what))
         if r in sources and not np.array_equal(c, g):
-            return f"rank {r} is up to date: it contributes its gradient grads[{r}] unchanged."
+            return message(__name__, "15.2", "rank-r-up", r=r)
     if participants != len(sources):
         if participants == len(steps):
-            return (f"you divide the sum by {len(steps)}, every rank of the quorum, but only "
-                    f"{len(sources)} sent a gradient (the healing ranks sent zeros): the average "
-                    f"would be {len(sources)}/{len(steps)} of the true one. Divide by the ranks "
-                    f"that contributed (torchft's num_participants).")
-        return (f"participants = {participants!r}: the sum holds {len(sources)} real gradients, "
-                f"so divide it by {len(sources)}.")
+            return (message(__name__, "15.2", "divide-sum-by", count=len(steps),
+                            count2=len(sources)))
+        return (message(__name__, "15.2", "participants-participants-r", participants=participants,
+                        count=len(sources)))
     return ""
 
 
@@ -182,30 +173,22 @@ def _goodput(d) -> float:
 def _goodput_slips(d) -> list[Slip]:
     mtbf, c, r, tau, want = d.mtbf, d.checkpoint, d.restart, _tau(d), _goodput(d)
     return [
-        Slip(tau, "that is the interval τ (step 1): now count what it loses, in steps per second."),
-        Slip(tau / 60, "that is the interval τ in minutes (step 1): now count what it loses."),
-        Slip(1 - want, "that is the share lost: the question asks for the useful steps per "
-             "second."),
-        Slip(100 * want, "that looks like a percentage: answer in steps per second (at most 1)."),
-        Slip(1 - c / tau - tau / (2 * mtbf), "you left out the restart: each failure also costs R "
-             "before any step runs again."),
-        Slip(_useful(mtbf, c, r, tau, lost=1.0), "a failure strikes on average halfway through an "
-             "interval: it loses τ/2 of work, not a whole τ."),
-        Slip(1 - (r + tau / 2) / mtbf, "writing a checkpoint every τ seconds costs C each time: "
-             "C/τ of the time goes to checkpoints."),
-        Slip(_useful(mtbf, c, r, math.sqrt(c * mtbf)), "Young/Daly's interval is √(2·C·MTBF), "
-             "with the 2."),
-        Slip(1 - tau / (2 * mtbf), "that counts only the redone work: add the checkpoints' C/τ "
-             "and the restart R per failure."),
+        Slip(tau, "interval-step-1"),
+        Slip(tau / 60, "interval-in-minutes"),
+        Slip(1 - want, "share-lost-question"),
+        Slip(100 * want, "looks-like-percentage"),
+        Slip(1 - c / tau - tau / (2 * mtbf), "left-out-restart"),
+        Slip(_useful(mtbf, c, r, tau, lost=1.0), "failure-strikes-on"),
+        Slip(1 - (r + tau / 2) / mtbf, "writing-checkpoint-every"),
+        Slip(_useful(mtbf, c, r, math.sqrt(c * mtbf)), "young-daly-interval"),
+        Slip(1 - tau / (2 * mtbf), "counts-only-redone"),
     ]
 
 
 def _goodput_success(d) -> str:
     tau, lost = _tau(d), d.restart + _tau(d) / 2
-    return (f"{_goodput(d):.3f} steps/s: τ = √(2·C·MTBF) = {tau:,.0f} s; checkpoints take "
-            f"C/τ = {d.checkpoint / tau:.1%} of the time, and each failure costs R + τ/2 = "
-            f"{lost:,.0f} s, {lost / d.mtbf:.1%} of an MTBF. Quorum training pays neither the "
-            f"checkpoints nor the redone work: a failure costs it a heal.")
+    return (message(__name__, "15.3", "goodput-3f-steps", goodput=_goodput(d), tau=tau,
+                    value=d.checkpoint / tau, lost=lost, value2=lost / d.mtbf))
 
 
 number("15.3", module=__name__,
@@ -216,5 +199,5 @@ number("15.3", module=__name__,
              "# seconds: between failures, a checkpoint, a restart",
        call="mtbf, C, R", unit="useful steps per second", tolerance=0.003, answer=_goodput,
        slips=_goodput_slips, success=_goodput_success,
-       otherwise=lambda d, name, got: (f"off by {got - _goodput(d):+.3f} steps/s: find τ first, "
-                                    f"then subtract the two losses (hint(\"15.3\"))."))
+       otherwise=lambda d, name, got: (message(__name__, "15.3", "off-by-value",
+                                               steps=got - _goodput(d))))

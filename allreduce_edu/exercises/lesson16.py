@@ -28,6 +28,7 @@ from ..runtime import TESTBED, Cluster
 from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 from .spec import choice
+from .texts import message
 
 
 # --- the lesson's tools ------------------------------------------------------------------------
@@ -126,7 +127,7 @@ def nccl_tuning_lines(row) -> list[str]:
     """A tune() row as NCCL prints its choice: the INFO line (NCCL_DEBUG_SUBSYS=TUNING) and the
     TRACE line of src/enqueue.cc ("%ld Bytes -> Algo %d proto %d time %f", time in µs)."""
     name, number = NCCL_ALGORITHMS[row["algorithm"]]
-    return [f"NCCL INFO Best tuning, algorithm, {name}, protocol, {row['protocol']}",
+    return [message(__name__, "16.1", "nccl-info-best", name=name, row=row['protocol']),
             f"NCCL TRACE {row['size']} Bytes -> Algo {number} proto "
             f"{NCCL_PROTOCOLS[row['protocol']]} time {row['time'] * 1e6:f}"]
 
@@ -154,14 +155,12 @@ def _tree2(fn, n: int) -> tuple[Tree | None, str]:
             return None, f"my_tree2({n}, {r}) raised {type(e).__name__}: {e}."
         shape = _shape(got)
         if shape is None:
-            return None, (f"my_tree2({n}, {r}) returned {got!r}; return (parent, children): the "
-                          f"parent's rank (-1 for the root) and a list of ranks, as btree does.")
+            return None, (message(__name__, "16.1", "my-tree2-n", n=n, r=r, got=got))
         shapes.append(shape)
     try:
         return Tree.of(n, lambda _, r: shapes[r]), ""
     except ValueError as e:
-        return None, (f"on {n} ranks your tree 2 is not a tree: {e}. Relabel the parent and the "
-                      f"children with the same rule as the rank itself.")
+        return None, (message(__name__, "16.1", "on-n-ranks", n=n, e=e))
 
 
 def port_bytes(first: Tree, second: Tree, nbytes: int) -> list[int]:
@@ -185,24 +184,21 @@ def check_tree2(fn, worlds=tuple(range(1, 10)), nbytes: int = 1 << 20) -> Feedba
         for r in range(n):
             ones, twos = len(first.children[r]), len(second.children[r])
             if ones + twos > 2:
-                odd = (" For odd N the mirror N − 1 − r maps even ranks to even ranks: the "
-                       "interior ranks stay interior." if n % 2 and ones and twos else "")
-                return failed(f"on {n} ranks rank {r} has {ones} children in tree 1 and {twos} in "
-                              f"tree 2: it is interior in both, so its port takes in "
-                              f"{ones + twos} halves per step where the ring's takes one chunk. "
-                              f"Make tree 1's leaves the interior ranks of tree 2.{odd}")
+                odd = (message(__name__, "16.1", "for-odd-n") if n % 2 and ones and twos else "")
+                return failed(message(__name__, "16.1", "on-n-ranks-4", n=n, r=r, ones=ones,
+                                      twos=twos, halves=ones + twos,
+                                      odd=odd))
         sent, ring = port_bytes(first, second, nbytes), 2 * (n - 1) * nbytes / n
         worst = max(range(n), key=sent.__getitem__)
         if sent[worst] > 2 * nbytes:
-            return failed(f"on {n} ranks rank {worst} sends {sent[worst] / nbytes:g}·S, more than "
-                          f"the 2·S the two trees promise (the ring's {ring / nbytes:.2f}·S).")
+            return failed(message(__name__, "16.1", "on-n-ranks-2", n=n, worst=worst,
+                                  sends=sent[worst] / nbytes,
+                                  value2=ring / nbytes))
         if second.height[second.root] > first.height[first.root] + 1:
-            return failed(f"on {n} ranks your tree 2 is {second.height[second.root]} levels deep, "
-                          f"tree 1 {first.height[first.root]}: every level costs a step; keep "
-                          f"tree 2 a binary tree as shallow as tree 1.")
-    return passed("on 1 to 9 ranks every rank is interior in at most one tree (odd N: rank 0 "
-                  "with one child in each) and sends at most 2·S, against the ring's "
-                  "2(N − 1)/N·S; tree 2 is as shallow as tree 1.")
+            return failed(message(__name__, "16.1", "on-n-ranks-3", n=n,
+                                  levels=second.height[second.root],
+                                  every=first.height[first.root]))
+    return passed(message(__name__, "16.1", "on-1-9"))
 
 
 # --- exercise 16.2: the tuner's choice on 64 ranks --------------------------------------------

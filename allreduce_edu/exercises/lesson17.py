@@ -16,6 +16,7 @@ from ..training.compress.train import sent_since
 from .feedback import Feedback, failed, passed
 from .registry import exercise, hint, learner_or_reference, solution  # noqa: F401 - notebook
 from .spec import Blank, Slip, choice, number
+from .texts import message
 
 # all-reduce-shaped exchanges (2(N − 1) steps each) a scheme runs per step; every other scheme: 1
 EXCHANGES = {"powersgd": 3}  # the uncompressed tensors, the Ps, the Qs
@@ -130,10 +131,7 @@ def check_error_feedback(my_error_feedback_step, steps: int = 8, shape=(6, 5)) -
         problem = _feedback_problem(my_error_feedback_step, compress, name, steps, shape)
         if problem:
             return failed(problem)
-    return passed(f"for {steps} steps with two biased compressors, what was sent plus the "
-                  f"residual equalled the sum of the gradients after every step: nothing the "
-                  f"compressor dropped was lost, only delayed. The loss curves below run your "
-                  f"step inside PowerSGD.")
+    return passed(message(__name__, "17.1", "for-steps-steps", steps=steps))
 
 
 def _feedback_problem(fn, compress, name: str, steps: int, shape) -> str:
@@ -150,23 +148,20 @@ def _feedback_problem(fn, compress, name: str, steps: int, shape) -> str:
         except Exception as e:  # noqa: BLE001 - the learner's code: report, don't crash
             return f"{at}: your function raised {type(e).__name__}: {e}"
         if not isinstance(got, (tuple, list)) or len(got) != 2:
-            return f"{at}: return two arrays, (sent, residual); you returned {type(got).__name__}."
+            return message(__name__, "17.1", "at-return-two", at=at, name=type(got).__name__)
         sent, new = (np.asarray(g, dtype=np.float64) for g in got)
         if sent.shape != shape or new.shape != shape:
-            return (f"{at}: sent and residual must have the gradient's shape {shape}; you "
-                    f"returned shapes {sent.shape} and {new.shape}.")
+            return (message(__name__, "17.1", "at-sent-and", at=at, shape=shape, shape2=sent.shape,
+                            shape3=new.shape))
         if not spy.calls:
-            return (f"{at}: you never called compress. What travels must be compress(...) of "
-                    f"something; otherwise nothing is compressed.")
+            return (message(__name__, "17.1", "at-never-called", at=at))
         if len(spy.calls) > 1:
-            return (f"{at}: you called compress {len(spy.calls)} times; each call is a message "
-                    f"on the wire. Call it once per step.")
+            return (message(__name__, "17.1", "at-called-compress", at=at, count=len(spy.calls)))
         given, returned = spy.calls[0]
         if not np.allclose(sent, returned, rtol=0, atol=1e-12):
             if np.allclose(new, returned, rtol=0, atol=1e-12):
-                return f"{at}: you returned (residual, sent); return (sent, residual)."
-            return (f"{at}: the sent array is not what compress returned. What you send is "
-                    f"exactly the compressor's output.")
+                return message(__name__, "17.1", "at-returned-residual", at=at)
+            return (message(__name__, "17.1", "at-sent-array", at=at))
         grads_so_far += grad
         sent_so_far += sent
         gap = float(np.max(np.abs(grads_so_far - (sent_so_far + new))))
@@ -178,17 +173,13 @@ def _feedback_problem(fn, compress, name: str, steps: int, shape) -> str:
 
 def _why(step, grad, residual, given, new, sent, gap) -> str:
     """The likely slip behind a broken invariant, in words."""
-    where = (f"The sum of the gradients of steps 1..{step} differs from the sum of what was sent "
-             f"plus your residual by up to {gap:.3g}.")
+    where = (message(__name__, "17.1", "sum-gradients-steps", step=step, gap=gap))
     if step > 1 and np.allclose(given, grad) and not np.allclose(residual, 0):
-        return (f"{where} compress was given this step's gradient alone: add the residual the "
-                f"earlier steps left to it first.")
+        return (message(__name__, "17.1", "where-compress-was", where=where))
     if np.allclose(new, 0):
-        return (f"{where} Your residual is zero, so what the compressor dropped is lost; keep "
-                f"it for the next step.")
+        return (message(__name__, "17.1", "where-residual-zero", where=where))
     if np.allclose(new, grad - sent):
-        return (f"{where} Your residual is grad − sent, which forgets the residual you were "
-                f"given: keep what compress did not send of the sum it was given.")
+        return (message(__name__, "17.1", "where-residual-grad", where=where))
     return f"{where} hint(\"17.1\") gives a hint."
 
 
@@ -206,33 +197,27 @@ def _ratio(d) -> float:
 def _ratio_slips(d) -> list[Slip]:
     (n, m, r), second = _matrix(d), d.shape[1]
     return [
-        Slip(n * second / ((n + second) * r), f"that uses m = {second}. PowerSGD views the "
-             f"gradient as shape[0] × everything else, so m = {second}·"
-             f"{math.prod(d.shape[2:])} = {m}."),
-        Slip(n * m / (n + m), "each factor has r columns: P is n×r and Q is m×r, so (n + m)·r "
-             "values travel."),
-        Slip(m / r, "that counts only P (n×r) against n·m: Q (m×r) travels too."),
-        Slip(n / r, "that counts only Q (m×r): P (n×r) travels too."),
-        Slip(n * m / (sum(d.shape) * r), "the matrix has two sides, n and m: every dimension "
-             "after the first goes into m (their product), not into a sum of four."),
-        Slip((n + m) * r / (n * m), "that is the compressed share; the ratio is before ÷ after, "
-             "more than 1."),
+        Slip(n * second / ((n + second) * r), "uses-m-second",
+             values={"second": second, "prod": math.prod(d.shape[2:]), "m": m}),
+        Slip(n * m / (n + m), "each-factor-has"),
+        Slip(m / r, "counts-only-p"),
+        Slip(n / r, "counts-only-q"),
+        Slip(n * m / (sum(d.shape) * r), "matrix-has-two"),
+        Slip((n + m) * r / (n * m), "compressed-share-ratio"),
     ]
 
 
 def _ratio_success(d) -> str:
     n, m, r = _matrix(d)
-    return (f"{_ratio(d):.1f}: the {d.shape} gradient is a {n}×{m} matrix, {n * m:,} values; "
-            f"P and Q are ({n} + {m})·{r} = {(n + m) * r:,}. A layer this wide compresses well; "
-            f"a 64×64 matrix at rank 2 only 16×.")
+    return (message(__name__, "17.2", "ratio-1f-shape", ratio=_ratio(d), shape=d.shape, n=n, m=m,
+                    values=n * m, r=r, value2=(n + m) * r))
 
 
 number("17.2", module=__name__, blanks=(Blank("my_ratio", key="256 * 1152 / ((256 + 1152) * 2)"),),
        inputs={"shape": (256, 128, 3, 3), "rank": 2}, answer=_ratio, slips=_ratio_slips,
        success=_ratio_success,
-       otherwise=lambda d, name, got: (f"off by ×{got / _ratio(d):.3g}: view the gradient as a "
-                                    f"matrix, count the values of P and Q, and divide "
-                                    f"(hint(\"17.2\"))."))
+       otherwise=lambda d, name, got: (message(__name__, "17.2", "off-by-value",
+                                               view=got / _ratio(d))))
 
 
 # --- 17.3 ------------------------------------------------------------------------------------

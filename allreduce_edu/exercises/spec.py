@@ -187,7 +187,8 @@ def number(id: str, title=_DATA, *, module: str, checker=_DATA, question=_DATA,
                 return failed(f"{_label(name, names)}a count is a whole number, not "
                               f"{_show(got)}: round where the algorithm does.")
             rest = (otherwise(d, name, got) if callable(otherwise) else
-                    shown(d, otherwise, name=name, got=got) if "otherwise" in t else otherwise)
+                    shown(d, otherwise.get(name, "") if isinstance(otherwise, dict) else otherwise,
+                          name=name, got=got) if "otherwise" in t else otherwise)
             return failed(f"{_label(name, names)}{_show(got)} is not it"
                           + (f": {rest}" if rest else "."))
         return passed(success(d) if callable(success) else

@@ -42,3 +42,9 @@ def exercise_texts(module: str, id: str) -> dict:
 def fill(template: str, values: dict) -> str:
     """A message with its {placeholders} filled in from `values`."""
     return template.format(**values)
+
+
+def message(module: str, id: str, name: str, /, **values) -> str:
+    """A checker's message `name` for exercise `id` (the data file's [ "NN.M".messages ] name =
+    "..."), its {placeholders} filled in from `values`."""
+    return fill(exercise_texts(module, id)["messages"][name], values)
