@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -20,12 +21,18 @@ MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 GENERATED_MODULES = {_module_name(PACKAGE / g) for g in GENERATED}
 
 
+@functools.cache
+def parsed(name: str) -> ast.Module:
+    """Module `name`, parsed once for every test here."""
+    return ast.parse(MODULES[name].read_text())
+
+
 def imports(name: str) -> set[str]:
     """Every module of the package that `name` imports, at any depth of its code (function-level too)."""
     path = MODULES[name]
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(name)):
         if isinstance(node, ast.ImportFrom):
             base = package.split(".")
             base = base[:len(base) - node.level + 1] if node.level else []
@@ -112,7 +119,7 @@ def test_torch_is_imported_only_where_it_is_used():
     """The exercise registry loads every lesson's module and `allreduce_edu.training.pytorch` is
     imported to ask whether torch is there: neither may need torch at import time."""
     for name in ("allreduce_edu.training.pytorch", "allreduce_edu.exercises.lesson13"):
-        top = [n for n in ast.parse(MODULES[name].read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        top = [n for n in parsed(name).body if isinstance(n, (ast.Import, ast.ImportFrom))]
         names = {a.name for n in top for a in n.names} | {n.module or "" for n in top if isinstance(n, ast.ImportFrom)}
         assert not any(m == "torch" or m.startswith("torch.") for m in names), f"{name} imports torch at module level"
 
@@ -125,7 +132,7 @@ def test_no_module_imports_its_own_package():
         own = name.rpartition(".")[0]
         if path.name == "__init__.py" or own == "allreduce_edu" or name in GENERATED_MODULES:
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(name)):
             if isinstance(node, ast.ImportFrom) and node.level:
                 base = own.split(".")[:len(own.split(".")) - node.level + 1]
                 source = ".".join(base + ([node.module] if node.module else []))
@@ -163,7 +170,7 @@ FRAMEWORK_NAMES = {"_esm", "_css"}  # anywidget's traits: a widget class sets th
 def test_no_private_attribute_crosses_modules():
     """A module reads and writes only its own private names (comm._mailbox from a transport's
     module, parent._signature from comm/group.py, comm._progress from collectives/ would fail)."""
-    trees = {name: ast.parse(path.read_text()) for name, path in MODULES.items()
+    trees = {name: parsed(name) for name, path in MODULES.items()
              if str(path.relative_to(PACKAGE)) not in GENERATED}
     defined = {name: private_names(tree) for name, tree in trees.items()}
     everywhere = set().union(*defined.values()) - FRAMEWORK_NAMES
