@@ -45,22 +45,22 @@ def check_average(fn, world_size: int = 3) -> Feedback:
     total, mean = sum(grads), sum(grads) / world_size
     for rank, (result, unchanged) in enumerate(results):
         if result is None:
-            return failed(message(__name__, "00.2", "rank-rank-returned", rank=rank))
+            return failed(message(__name__, "00.2", "returned-none", rank=rank))
         result = np.asarray(result, dtype=float)
         if result.shape == mean.shape and np.allclose(result, grads[rank]) and world_size > 1:
-            return failed(message(__name__, "00.2", "rank-rank-returned-2", rank=rank,
+            return failed(message(__name__, "00.2", "own-gradient", rank=rank,
                                   gradient=grads[rank].tolist()))
         if result.shape == mean.shape and np.allclose(result, total):
-            return failed(message(__name__, "00.2", "rank-rank-got", rank=rank,
+            return failed(message(__name__, "00.2", "sum-not-average", rank=rank,
                                   sum=total.tolist()))
         if result.shape != mean.shape or not np.allclose(result, mean):
-            return failed(message(__name__, "00.2", "rank-rank-got-2", rank=rank,
+            return failed(message(__name__, "00.2", "wrong-average", rank=rank,
                                   expected=result.tolist(),
                                   average=mean.tolist(),
                                   world_size=world_size,
                                   listed=', '.join(str(g.tolist()) for g in grads)))
         if not unchanged:
-            return failed(message(__name__, "00.2", "rank-rank-returned-3", rank=rank))
+            return failed(message(__name__, "00.2", "changed-grad", rank=rank))
     return passed(message(__name__, "00.2", "all-world-size", world_size=world_size,
                           got=mean.tolist()))
 

@@ -57,7 +57,7 @@ def _naive_explain(n: int):
         if silent:
             return (message(__name__, "02.1", "rank-silent-never", silent=silent))
         if not any(e.src == 0 for e in trace.events):
-            return (message(__name__, "02.1", "root-never-sent-2"))
+            return (message(__name__, "02.1", "no-sum-back"))
         return None
     return explain
 
@@ -67,16 +67,16 @@ def _naive_problem(reports, trace, n: int, shape) -> str | None:
     for rank in range(1, n):
         for dst, *_ in reports[rank]["sends"]:
             if dst != 0:
-                return (message(__name__, "02.1", "rank-rank-sent-3", rank=rank, dst=dst))
+                return (message(__name__, "02.1", "sent-to-non-root", rank=rank, dst=dst))
     for rank in range(1, n):
         sends = reports[rank]["sends"]
         if not sends:
-            return message(__name__, "02.1", "rank-rank-never", rank=rank)
+            return message(__name__, "02.1", "never-sent", rank=rank)
         if len(sends) > 1:
-            return message(__name__, "02.1", "rank-rank-sent", rank=rank, count=len(sends))
+            return message(__name__, "02.1", "sent-many", rank=rank, count=len(sends))
         counts = sends[0][4]
         if counts != tuple(int(r == rank) for r in range(n)):
-            return message(__name__, "02.1", "rank-rank-sent-2", rank=rank)
+            return message(__name__, "02.1", "sent-other", rank=rank)
     root = reports[0]["sends"]
     if not root:
         return (message(__name__, "02.1", "root-never-sent"))
@@ -90,9 +90,9 @@ def _naive_problem(reports, trace, n: int, shape) -> str | None:
         if counts is None or position != 0:
             return (message(__name__, "02.1", "root-sent-rank", dst=dst))
         if counts[0] == 0:
-            return (message(__name__, "02.1", "root-sent-rank-2", dst=dst))
+            return (message(__name__, "02.1", "sum-without-root", dst=dst))
         if counts != (1,) * n:
-            return (message(__name__, "02.1", "root-sent-rank-3", dst=dst,
+            return (message(__name__, "02.1", "sum-of-some", dst=dst,
                             ranks_text=ranks_text(counts)))
     into_root = sum(1 for e in trace.events if e.dst == 0)
     if into_root != n - 1:
@@ -106,7 +106,7 @@ def _naive_problem(reports, trace, n: int, shape) -> str | None:
         if reports[rank]["modified"]:
             hint = (message(__name__, "02.1", "total-x-makes") if rank == 0 else
                     message(__name__, "02.1", "leave-x-as"))
-            return (message(__name__, "02.1", "rank-rank-input", rank=rank, hint=hint))
+            return (message(__name__, "02.1", "input-changed", rank=rank, hint=hint))
     return None
 
 
@@ -119,10 +119,10 @@ number("02.2", module=__name__,
        slips=lambda d: [
         Slip((d.world_size - 1) * d.nbytes / MIB, "looks-like-mib"),
         Slip(d.world_size - 1, "number-messages-each"),
-        Slip(d.world_size * d.nbytes, "n-root-does"),
+        Slip(d.world_size * d.nbytes, "n-times-s"),
         Slip(d.nbytes, "each-other-ranks"),
-        Slip(2 * (d.world_size - 1) * d.nbytes, "2-n-1"),
-        Slip((d.world_size - 1) * MIB, "n-1-1", values={"mib": d.nbytes / MIB}),
+        Slip(2 * (d.world_size - 1) * d.nbytes, "both-directions"),
+        Slip((d.world_size - 1) * MIB, "table-s", values={"mib": d.nbytes / MIB}),
     ],
        values=lambda d: {"others": d.world_size - 1, "root_bytes": (d.world_size - 1) * d.nbytes,
                          "root_mib": (d.world_size - 1) * d.nbytes / MIB, "mib": d.nbytes / MIB})

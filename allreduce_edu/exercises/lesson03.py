@@ -138,14 +138,14 @@ def _owner_slip(d, rank: int) -> str:
     path, n, steps, chunk = _path(d), d.world_size, d.steps, d.chunk
     hop = path.index(rank)
     if hop == 0:
-        return (message(__name__, "03.0", "rank-rank-where", rank=rank, chunk=chunk, n=n,
+        return (message(__name__, "03.0", "start", rank=rank, chunk=chunk, n=n,
                         count=_count(steps, 'step')))
     if hop < steps:
-        return (message(__name__, "03.0", "rank-rank-holds", rank=rank, chunk=chunk,
+        return (message(__name__, "03.0", "early", rank=rank, chunk=chunk,
                         count=_count(hop, 'step'), ranks=hop + 1,
                         count2=_count(steps - hop, 'more hop')))
     if hop == n - 1:
-        return (message(__name__, "03.0", "rank-rank-owns", rank=rank, chunk=chunk, steps=n - 1,
+        return (message(__name__, "03.0", "end", rank=rank, chunk=chunk, steps=n - 1,
                         count=_count(steps, 'step'),
                         count2=_count(n - 1 - steps, 'hop')))
     return (message(__name__, "03.0", "chunk-chunk-reaches", chunk=chunk, rank=rank,

@@ -72,25 +72,25 @@ def _tree_problem(events, results, inputs, world_size: int, nbytes: int) -> str 
         mine, parent = sends[rank], _parent(rank)
         s = (rank & -rank).bit_length() - 1
         if not mine:
-            return (message(__name__, "04.1", "rank-rank-never", rank=rank, parent=parent, s=s))
+            return (message(__name__, "04.1", "never-sent", rank=rank, parent=parent, s=s))
         first = mine[0]
         if first.dst != parent:
             at = f" at step {first.step}" if first.step >= 0 else ""
-            return (message(__name__, "04.1", "rank-rank-sent", rank=rank, dst=first.dst, at=at,
+            return (message(__name__, "04.1", "wrong-parent", rank=rank, dst=first.dst, at=at,
                             parent=parent, s=s))
         if len(mine) > 1:
             to = ", then ".join(str(e.dst) for e in mine)
-            return (message(__name__, "04.1", "rank-rank-sent-2", rank=rank, count=len(mine),
+            return (message(__name__, "04.1", "sent-many", rank=rank, count=len(mine),
                             to=to))
         if first.nbytes != nbytes:
-            return (message(__name__, "04.1", "rank-rank-sent-3", rank=rank, nbytes=first.nbytes,
+            return (message(__name__, "04.1", "sent-part", rank=rank, nbytes=first.nbytes,
                             nbytes2=nbytes))
     got = results[0]
     if got is None:
         return message(__name__, "04.1", "rank-0-returned")
     got, expected = np.asarray(got), np.sum(inputs, axis=0)
     if got.shape != expected.shape:
-        return (message(__name__, "04.1", "rank-0-returned-2", shape=got.shape,
+        return (message(__name__, "04.1", "wrong-shape", shape=got.shape,
                         shape2=expected.shape))
     if np.array_equal(got, expected):
         return None

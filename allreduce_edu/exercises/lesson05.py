@@ -75,7 +75,7 @@ def _why(algorithm: str, n: int, s: float, mine, model) -> str:
     if algorithm == "tree" and p != n:
         parts.append(f"the tree rounds up: ⌈log2 {n}⌉ = {(n - 1).bit_length()} levels")
     elif algorithm in ("recursive_doubling", "rabenseifner") and p != n:
-        parts.append(message(__name__, "05.1", "n-power-two", n=n, p=p))
+        parts.append(message(__name__, "05.1", "not-power-of-two", n=n, p=p))
     return "; ".join(parts) or message(__name__, "05.1", "compare-formula-with")
 
 

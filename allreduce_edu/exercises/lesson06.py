@@ -79,16 +79,16 @@ def _variance_problem(what: str, row: np.ndarray, got: float) -> str | None:
     if math.isfinite(got) and _close(got * got, want, scale) and want > 0:
         return (message(__name__, "06.1", "on-returned-got", what=what, got=got, want=want))
     if n > 1 and _close(got, want * n / (n - 1), scale) and want > 0:
-        return (message(__name__, "06.1", "on-returned-got-2", what=what, got=got, n=n))
+        return (message(__name__, "06.1", "sample-variance", what=what, got=got, n=n))
     if _close(got, float(np.mean(x * x)), scale):
-        return (message(__name__, "06.1", "on-returned-got-3", what=what, got=got, want=want))
+        return (message(__name__, "06.1", "mean-of-squares", what=what, got=got, want=want))
     if "mean 0" in what:
-        return (message(__name__, "06.1", "on-variance-got-2", what=what, got=got, want=want))
+        return (message(__name__, "06.1", "wrong-variance", what=what, got=got, want=want))
     if row.dtype == np.float64:
         f32 = float(np.var(row.astype(np.float32).astype(np.float64)))
         if abs(got - f32) <= 1e-3 * max(abs(f32), 1e-3):
-            return (message(__name__, "06.1", "on-returned-got-4", what=what, got=got))
-        return (message(__name__, "06.1", "on-variance-got-3", what=what, got=got, want=want,
+            return (message(__name__, "06.1", "rounded-float32", what=what, got=got))
+        return (message(__name__, "06.1", "wrong-variance-close", what=what, got=got, want=want,
                         spacing=np.spacing(1e18)))
     error = abs(got - want) / want if want else abs(got)
     spacing = np.spacing(np.float32(np.mean(x * x)))
@@ -110,7 +110,7 @@ number("06.2", module=__name__, verb="predict the ceiling",
        call="copy_gbps", unit="seconds", answer=lambda d: _ceiling(d),
        slips=lambda d: [Slip(_ceiling(d) * factor, why) for factor, why in _ceiling_slips(d)],
        otherwise=lambda d, name, got: (
-        message(__name__, "06.2", "are-off-by", count=got / _ceiling(d))),
+        message(__name__, "06.2", "off-by", factor=got / _ceiling(d))),
        values=lambda d: {"ms": _ceiling(d) * 1e3,
                          "moved": d.rows * d.hidden * (d.read_bytes + d.write_bytes)})
 

@@ -89,7 +89,7 @@ def _root_slips(n: int, s: int) -> list:
 
 def _root_success(n: int, s: int) -> str:
     steps = (n - 1).bit_length()
-    return (message(__name__, "07.2", "value-bytes-log2", bytes=steps * s, n=n, steps=steps, s=s,
+    return (message(__name__, "07.2", "success", bytes=steps * s, n=n, steps=steps, s=s,
                     per=2 * (n - 1) / n * s, value3=2 * (n - 1), value4=2 * steps))
 
 

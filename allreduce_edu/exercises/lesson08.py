@@ -118,18 +118,18 @@ def _bucket_problem(sends: int, nbytes: list, n: int) -> Feedback | None:
 def _step0_problem(rank: int, mine, averaged, full, n: int) -> str | None:
     """What is wrong with what `rank` returned at step 0; None if it is the full-batch gradient."""
     if averaged is None:
-        return (message(__name__, "08.1", "rank-rank-function", rank=rank))
+        return (message(__name__, "08.1", "returned-none", rank=rank))
     if not isinstance(averaged, (list, tuple)):
-        return (message(__name__, "08.1", "rank-rank-returned", rank=rank,
+        return (message(__name__, "08.1", "not-a-list", rank=rank,
                         name=type(averaged).__name__, count=len(full)))
     if len(averaged) != len(full):
-        return (message(__name__, "08.1", "rank-rank-returned-2", rank=rank, count=len(averaged),
+        return (message(__name__, "08.1", "wrong-count", rank=rank, count=len(averaged),
                         count2=len(full)))
     for k, (got, want, own) in enumerate(zip(averaged, full, mine, strict=True)):
         try:
             got = np.asarray(got, float)
         except (TypeError, ValueError):
-            return (message(__name__, "08.1", "rank-rank-gradient", rank=rank, k=k,
+            return (message(__name__, "08.1", "not-an-array", rank=rank, k=k,
                             name=type(got).__name__))
         where = f"rank {rank}, gradient {k} (shape {want.shape})"
         if got.shape != want.shape:
@@ -185,13 +185,13 @@ def _message_slips(t: int, n: int) -> list:
              "per_tensor"),
         Slip(2 * (n - 1), "one-all-reduce", values={"t": t}, blank="per_tensor"),
         Slip(t * 2 * (n - 1), "one-bucket-one", "one_bucket"),
-        *[Slip(k, "one-all-reduce-2", "one_bucket") for k in (1, 2, n - 1)],
+        *[Slip(k, "still-two-phases", "one_bucket") for k in (1, 2, n - 1)],
     ]
 
 
 def _message_success(t: int, n: int) -> str:
     counted = (messages_per_step(t, n, None), messages_per_step(t, n, 1 << 20))
-    return (message(__name__, "08.2", "value-and-value2", value=t * 2 * (n - 1),
+    return (message(__name__, "08.2", "success", value=t * 2 * (n - 1),
                     value2=2 * (n - 1), n=n, counted=counted[0], counted2=counted[1],
                     t=t))
 

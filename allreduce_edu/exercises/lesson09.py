@@ -99,7 +99,7 @@ number("09.3", module=__name__,
                       "hierarchical": scenario_seconds("hierarchical")},
        slips=lambda d: _hierarchical_slips(),
        otherwise=lambda d, name, got: (
-        message(__name__, "09.3", "off-by-factor", see=got / scenario_seconds(name))),
+        message(__name__, "09.3", "off-by", factor=got / scenario_seconds(name))),
        success=lambda d: _hierarchical_success())
 
 

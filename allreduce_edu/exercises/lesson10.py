@@ -35,7 +35,7 @@ number("10.1", module=__name__,
        inputs={"fits": REQUIRED}, call="fits", answer=lambda d: _shift(d.fits),
        slips=lambda d: _shift_slips(d.fits),
        otherwise=lambda d, name, got: (
-        message(__name__, "10.1", "off-by-value", write=got / _shift(d.fits))),
+        message(__name__, "10.1", "off-by", factor=got / _shift(d.fits))),
        success=lambda d: _shift_success(d.fits))
 
 
@@ -48,8 +48,8 @@ def _shift_slips(fits) -> list:
     (ag, bg), (as_, bs) = _fit(fits["grpc"]), _fit(fits["shm"])
     return [Slip(1 / _shift(fits), "upside-down-divide"),
             Slip(as_ / ag, "ratio-alone-crossover"),
-            Slip(bs / bg, "ratio-alone-crossover-2"),
-            Slip(bg / bs, "ratio-alone-crossover-2")]
+            Slip(bs / bg, "beta-alone"),
+            Slip(bg / bs, "beta-alone")]
 
 
 def _shift_success(fits) -> str:
@@ -93,10 +93,10 @@ number("10.2", module=__name__, setup="S, N = 16 << 20, 4", blanks=(Blank("my_co
         Slip(2 * (d.world_size - 1) * d.nbytes / d.world_size, "everything-rank-sends"),
         Slip((d.world_size - 1) * d.nbytes / d.world_size, "counts-one-phase"),
         Slip((d.world_size - 2) * d.nbytes / d.world_size, "count-all-gather"),
-        Slip(d.nbytes / d.world_size, "count-all-gather-2"),
+        Slip(d.nbytes / d.world_size, "all-gather-too"),
     ],
        otherwise=lambda d, name, got: (
-        message(__name__, "10.2", "off-by-value", go=got / d.nbytes)),
+        message(__name__, "10.2", "off-by", factor=got / d.nbytes)),
        values=lambda d: {"ring": 2 * (d.world_size - 1) * d.nbytes // d.world_size})
 
 

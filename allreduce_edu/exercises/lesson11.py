@@ -103,7 +103,7 @@ def _shard_problem(got, j: int, size: int, states, grads, step: int, lr: float) 
               (_after(w, m, v, grads[step - 1, j], step, lr),
                message(__name__, "11.1", "was-updated-with", j=j)),
               (_after(w, 0 * m, 0 * v, g, step, lr),
-               message(__name__, "11.1", "m-and-v-2", step=step))]
+               message(__name__, "11.1", "state-reset", step=step))]
     causes += [(_after(w, m, v, g, other, lr), message(__name__, "11.1", "adam-used-wrong"))
                for other in {max(step - 1, 1), step + 1}]
     causes += [(np.roll(want, (j - i) * size), message(__name__, "11.1", "holds-shard-i", i=i))
@@ -153,13 +153,13 @@ def check_zero1_step(fn, world_size: int = 4, length: int = 80, steps: int = 3, 
                 cut = slice(j * size, (j + 1) * size)
                 if not np.allclose(got[cut], states[step][0][cut], rtol=1e-5, atol=1e-6):
                     why = _shard_problem(got, j, size, states, grads, step, lr)
-                    return failed(message(__name__, "11.1", "on-rank-rank", rank=rank, j=j,
+                    return failed(message(__name__, "11.1", "shard-differs", rank=rank, j=j,
                                           start=cut.start,
                                           differs=cut.stop - 1,
                                           step=step, why=why))
     dtypes = {report["returned"][0].dtype.name for report in reports} - {"float32"}
     if dtypes:
-        return failed(message(__name__, "11.1", "right-values-weights", listed=', '.join(dtypes)))
+        return failed(message(__name__, "11.1", "wrong-dtype", listed=', '.join(dtypes)))
     for rank, report in enumerate(reports):
         for step, sent in enumerate(report["sent"], start=1):
             problem = _traffic_problem(sent, length, n, rank, step)
@@ -178,8 +178,8 @@ number("11.2", module=__name__,
        answer=lambda d: sum(zero_formula("zero2", d.psi, d.world_size, "mixed").values()),
        slips=lambda d: _zero2_slips(d.psi, d.world_size),
        otherwise=lambda d, name, got: (
-        message(__name__, "11.2", "off-by-value",
-                add=got / sum(zero_formula('zero2', d.psi, d.world_size, 'mixed').values()))),
+        message(__name__, "11.2", "off-by",
+                factor=got / sum(zero_formula('zero2', d.psi, d.world_size, 'mixed').values()))),
        success=lambda d: _zero2_success(d.psi, d.world_size))
 
 
@@ -191,8 +191,8 @@ def _zero2_slips(psi: float, n: int) -> list:
     return [Slip(sum(zero_formula("zero2", psi, n, "mixed").values()) / 1e9, "gb"),
             Slip(4 * psi + 12 * psi / n, "gradients-are-divided"),
             Slip(4 * psi + 16 * psi / n, "counted-4-byte"),
-            Slip(16 * psi, "data-parallel-2"),
-            Slip(16 * psi / n, "zero-3-2"),
+            Slip(16 * psi, "data-parallel"),
+            Slip(16 * psi / n, "zero-3"),
             Slip(14 * psi / n, "left-out-parameters"),
             Slip(2 * psi + 2 * psi / n + 12 * psi, "optimizer-states-are"),
             Slip(2 * psi + 10 * psi / n, "k-8-counts")]
@@ -212,7 +212,7 @@ number("11.3", module=__name__,
        answer=lambda d: 3 * _one_collective(d),
        slips=lambda d: [
         Slip(3 * _one_collective(d) / 1e9, "looks-like-gb"),
-        Slip(2 * _one_collective(d), "data-parallel-2"),
+        Slip(2 * _one_collective(d), "data-parallel"),
         Slip(4 * _one_collective(d), "one-collective-too"),
         Slip(3 * d.psi * d.itemsize, "each-ring-collective"),
         Slip(3 * _one_collective(d) / d.itemsize, "counts-elements-multiply"),
@@ -220,7 +220,7 @@ number("11.3", module=__name__,
         Slip(3 * _one_collective(d) * 4 / d.itemsize, "parameters-and-gradients"),
     ],
        otherwise=lambda d, name, got: (
-        message(__name__, "11.3", "off-by-value", list=got / (3 * _one_collective(d)))),
+        message(__name__, "11.3", "off-by", factor=got / (3 * _one_collective(d)))),
        values=lambda d: {"zero3": 3 * _one_collective(d), "ddp": 2 * _one_collective(d)})
 
 

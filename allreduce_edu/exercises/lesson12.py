@@ -113,7 +113,7 @@ def busy_cores(cluster, nbytes: int, iters: int = 10) -> float:
 NETWORKS = (
     (message(__name__, "12.1", "lesson-mlp-behind"),
      MLP_LAYER_BYTES, [2 * MS, 30 * MS, 30 * MS, 30 * MS, 2 * MS], 2e-3, 1 / 200e6, 4),
-    (message(__name__, "12.1", "slow-network-5"),
+    (message(__name__, "12.1", "slow-network"),
      [4 << 20] * 12, [20 * MS] * 12, 5e-3, 1 / 10e9, 8),
     (message(__name__, "12.1", "fast-network-like"),
      [200 << 20] + [50 << 20] * 24, [20 * MS] + [6 * MS] * 24, 10e-6, 1 / 25e9, 64),
@@ -177,7 +177,7 @@ number("12.2", module=__name__,
        call="layer_bytes, alpha, beta, N", unit="seconds", answer=lambda d: _exposed(d),
        slips=lambda d: _exposed_slips(d),
        otherwise=lambda d, name, got: (
-        message(__name__, "12.2", "off-by-value", add=got / _exposed(d))),
+        message(__name__, "12.2", "off-by", factor=got / _exposed(d))),
        success=lambda d: _exposed_success(d))
 
 
@@ -199,7 +199,7 @@ def _exposed_slips(d) -> list:
 def _exposed_success(d) -> str:
     n, total, k = d.world_size, sum(d.layer_bytes), len(d.layer_bytes)
     want = sum(predict("ring", n, s, d.alpha, d.beta) for s in d.layer_bytes)
-    return (message(__name__, "12.2", "value-1f-ms", ms=want / MS, k=k,
+    return (message(__name__, "12.2", "success", ms=want / MS, k=k,
                     value2=k * 2 * (n - 1) * d.alpha / MS,
                     value3=2 * (n - 1) / n * total * d.beta / MS))
 

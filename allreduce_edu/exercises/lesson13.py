@@ -84,7 +84,7 @@ def print_bytes(result: dict) -> None:
     """Rank 0's bytes per collective beside the ring's (N − 1)/N·S per phase."""
     n, s, h = result["world_size"], result["nbytes"], result["hidden"]
     formula = {"reduce_scatter": (n - 1) / n, "all_gather": (n - 1) / n}
-    print(message(__name__, "13.1", "n-n-bytes", n=n, s=s, bytes=2 * h * 8))
+    print(message(__name__, "13.1", "sizes", n=n, s=s, bytes=2 * h * 8))
     for (collective, phase), sent in result["bytes"].items():
         size = 2 * h * 8 if collective.startswith("allreduce") else s
         print(f"  {collective:<32} {phase:<15} {sent:>6} B   (N−1)/N·{size} = "

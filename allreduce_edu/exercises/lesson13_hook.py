@@ -50,19 +50,19 @@ def train_with_hook(comm, meet: str, hook, ring, steps: int, deadline: float) ->
         log.append(entry)
         future = hook(state, bucket)
         if not isinstance(future, torch.futures.Future):
-            raise TypeError(message(LESSON, "13.1", "rank-rank-hook", rank=comm.rank,
+            raise TypeError(message(LESSON, "13.1", "not-a-future", rank=comm.rank,
                                     name=type(future).__name__,
                                     entry=entry['index']))
         waited = time.monotonic() + deadline
         while not future.done() and time.monotonic() < waited:
             time.sleep(0.001)
         if not future.done():
-            raise RuntimeError(message(LESSON, "13.1", "rank-rank-future", rank=comm.rank,
+            raise RuntimeError(message(LESSON, "13.1", "future-not-done", rank=comm.rank,
                                        entry=entry['index'],
                                        deadline=deadline))
         value = future.value()
         if not isinstance(value, torch.Tensor):
-            raise TypeError(message(LESSON, "13.1", "rank-rank-future-2", rank=comm.rank,
+            raise TypeError(message(LESSON, "13.1", "not-a-tensor", rank=comm.rank,
                                     name=type(value).__name__))
         entry["output"] = value.detach().numpy().copy()
         return future
@@ -92,15 +92,15 @@ def diagnose(per_rank: list[dict], one: np.ndarray) -> str | None:
         want = np.mean(inputs, axis=0)
         for r, (mine, out) in enumerate(zip(inputs, outputs, strict=True)):
             if out.shape != want.shape:
-                return (message(LESSON, "13.1", "on-rank-r-2", r=r, where=where, size=want.size,
+                return (message(LESSON, "13.1", "wrong-shape", r=r, where=where, size=want.size,
                                 shape=out.shape))
             if np.allclose(out, want, rtol=1e-9, atol=1e-12):
                 continue
             if np.allclose(out, n * want, rtol=1e-9, atol=1e-12):
-                return (message(LESSON, "13.1", "on-rank-r-3", r=r, where=where, n=n))
+                return (message(LESSON, "13.1", "sum-not-mean", r=r, where=where, n=n))
             if np.allclose(out, mine, rtol=1e-9, atol=1e-12):
-                return (message(LESSON, "13.1", "on-rank-r-4", r=r, where=where))
-            return (message(LESSON, "13.1", "on-rank-r", r=r, where=where,
+                return (message(LESSON, "13.1", "own-gradients", r=r, where=where))
+            return (message(LESSON, "13.1", "not-the-mean", r=r, where=where,
                             max=np.abs(out - want).max()))
     silent = [r for r, run in enumerate(per_rank) if run["bytes_sent"] == 0]
     if silent:

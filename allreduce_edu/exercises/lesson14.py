@@ -118,7 +118,7 @@ class _Block:
             self.state, self.turn = ["run"] * self.threads, 0
             if len(self.snapshots) > 2 * self.threads.bit_length() + 4:  # far more than log2(T)
                 self.problem = self.problem or (
-                    message(__name__, "14.1", "block-passed-value",
+                    message(__name__, "14.1", "endless-loop",
                             barriers=len(self.snapshots) - 1))
                 self.turn = -1
         else:  # all done, or a barrier that only some threads reached
@@ -194,7 +194,7 @@ def _problem(tree_sum, threads: int) -> str:
         if len(wrong):
             t = int(wrong[0])
             when = f"after step {k} of {steps}" if k < steps else "when the block has finished"
-            text = message(__name__, "14.1", "with-threads-threads-2", threads=threads,
+            text = message(__name__, "14.1", "wrong-partials", threads=threads,
                            when=when, t=t, who=_who(g[t], threads), who2=_who(w[t], threads))
             if barriers < steps - 1:
                 calls = f"call syncthreads() {barriers} times" if barriers else \

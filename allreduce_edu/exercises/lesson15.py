@@ -173,7 +173,7 @@ def _goodput(d) -> float:
 def _goodput_slips(d) -> list[Slip]:
     mtbf, c, r, tau, want = d.mtbf, d.checkpoint, d.restart, _tau(d), _goodput(d)
     return [
-        Slip(tau, "interval-step-1"),
+        Slip(tau, "interval-only"),
         Slip(tau / 60, "interval-in-minutes"),
         Slip(1 - want, "share-lost-question"),
         Slip(100 * want, "looks-like-percentage"),
@@ -199,5 +199,5 @@ number("15.3", module=__name__,
              "# seconds: between failures, a checkpoint, a restart",
        call="mtbf, C, R", unit="useful steps per second", tolerance=0.003, answer=_goodput,
        slips=_goodput_slips, success=_goodput_success,
-       otherwise=lambda d, name, got: (message(__name__, "15.3", "off-by-value",
-                                               steps=got - _goodput(d))))
+       otherwise=lambda d, name, got: (message(__name__, "15.3", "off-by",
+                                               gap=got - _goodput(d))))

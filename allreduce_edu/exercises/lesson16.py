@@ -185,20 +185,20 @@ def check_tree2(fn, worlds=tuple(range(1, 10)), nbytes: int = 1 << 20) -> Feedba
             ones, twos = len(first.children[r]), len(second.children[r])
             if ones + twos > 2:
                 odd = (message(__name__, "16.1", "for-odd-n") if n % 2 and ones and twos else "")
-                return failed(message(__name__, "16.1", "on-n-ranks-4", n=n, r=r, ones=ones,
+                return failed(message(__name__, "16.1", "interior-in-both", n=n, r=r, ones=ones,
                                       twos=twos, halves=ones + twos,
                                       odd=odd))
         sent, ring = port_bytes(first, second, nbytes), 2 * (n - 1) * nbytes / n
         worst = max(range(n), key=sent.__getitem__)
         if sent[worst] > 2 * nbytes:
-            return failed(message(__name__, "16.1", "on-n-ranks-2", n=n, worst=worst,
+            return failed(message(__name__, "16.1", "sends-too-much", n=n, worst=worst,
                                   sends=sent[worst] / nbytes,
                                   value2=ring / nbytes))
         if second.height[second.root] > first.height[first.root] + 1:
-            return failed(message(__name__, "16.1", "on-n-ranks-3", n=n,
+            return failed(message(__name__, "16.1", "too-deep", n=n,
                                   levels=second.height[second.root],
                                   every=first.height[first.root]))
-    return passed(message(__name__, "16.1", "on-1-9"))
+    return passed(message(__name__, "16.1", "interior-in-one"))
 
 
 # --- exercise 16.2: the tuner's choice on 64 ranks --------------------------------------------

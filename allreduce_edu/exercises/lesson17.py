@@ -216,8 +216,8 @@ def _ratio_success(d) -> str:
 number("17.2", module=__name__, blanks=(Blank("my_ratio", key="256 * 1152 / ((256 + 1152) * 2)"),),
        inputs={"shape": (256, 128, 3, 3), "rank": 2}, answer=_ratio, slips=_ratio_slips,
        success=_ratio_success,
-       otherwise=lambda d, name, got: (message(__name__, "17.2", "off-by-value",
-                                               view=got / _ratio(d))))
+       otherwise=lambda d, name, got: (message(__name__, "17.2", "off-by",
+                                               factor=got / _ratio(d))))
 
 
 # --- 17.3 ------------------------------------------------------------------------------------
