@@ -97,7 +97,7 @@ def _naive_problem(reports, trace, n: int, shape) -> str | None:
     into_root = sum(1 for e in trace.events if e.dst == 0)
     if into_root != n - 1:
         return message(__name__, "02.1", "root-received-into", into_root=into_root, n=n,
-                       value=n - 1)
+                       others=n - 1)
     for rank in range(n):
         problem = result_problem(rank, reports[rank]["result"], n, shape)
         if problem:

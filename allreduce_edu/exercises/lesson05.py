@@ -146,7 +146,7 @@ def check_choose(choose, my_time=None) -> Feedback:
                 why = message(__name__, "05.1", "near-crossover-compare")
             return failed(message(__name__, "05.1", "at-where-chose", where=where, got=got,
                                   predicted=times[got] * 1e6, best=best,
-                                  value2=times[best] * 1e6, why=why))
+                                  want_us=times[best] * 1e6, why=why))
     checked = message(__name__, "05.1", "formulas-agree-with") if my_time else ""
     return passed(message(__name__, "05.1", "checked-choice-matched", checked=checked))
 

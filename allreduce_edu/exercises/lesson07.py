@@ -90,7 +90,7 @@ def _root_slips(n: int, s: int) -> list:
 def _root_success(n: int, s: int) -> str:
     steps = (n - 1).bit_length()
     return (message(__name__, "07.2", "success", bytes=steps * s, n=n, steps=steps, s=s,
-                    per=2 * (n - 1) / n * s, value3=2 * (n - 1), value4=2 * steps))
+                    per=2 * (n - 1) / n * s, ring_steps=2 * (n - 1), tree_steps=2 * steps))
 
 
 choice("07.3", module=__name__)

@@ -99,7 +99,7 @@ def check_average_gradients(fn) -> Feedback:
     return problem if problem is not None else passed(
         message(__name__, "08.1", "steps-sgd-steps", STEPS=_STEPS, n=n, messages=sends // _STEPS,
                 buckets=sends // _STEPS // (2 * (n - 1)), count=len(params),
-                value3=len(params) * 2 * (n - 1)))
+                unbucketed=len(params) * 2 * (n - 1)))
 
 
 def _bucket_problem(sends: int, nbytes: list, n: int) -> Feedback | None:
@@ -191,8 +191,8 @@ def _message_slips(t: int, n: int) -> list:
 
 def _message_success(t: int, n: int) -> str:
     counted = (messages_per_step(t, n, None), messages_per_step(t, n, 1 << 20))
-    return (message(__name__, "08.2", "success", value=t * 2 * (n - 1),
-                    value2=2 * (n - 1), n=n, counted=counted[0], counted2=counted[1],
+    return (message(__name__, "08.2", "success", per_tensor=t * 2 * (n - 1),
+                    one_bucket=2 * (n - 1), n=n, counted=counted[0], counted2=counted[1],
                     t=t))
 
 

@@ -120,7 +120,7 @@ def _traffic_problem(sent: dict, length: int, n: int, rank: int, step: int) -> s
     if total == 2 * u:
         return None
     says = (message(__name__, "11.1", "right-weights-rank", rank=rank, total=total, step=step,
-                    value=total / (2 * u), zero=2 * u, u=u))
+                    times=total / (2 * u), zero=2 * u, u=u))
     if sent.get("allreduce"):
         return says + (message(__name__, "11.1", "all-reduce-sends"))
     return says + f"Its bytes by collective: {sent}."

@@ -200,8 +200,8 @@ def _exposed_success(d) -> str:
     n, total, k = d.world_size, sum(d.layer_bytes), len(d.layer_bytes)
     want = sum(predict("ring", n, s, d.alpha, d.beta) for s in d.layer_bytes)
     return (message(__name__, "12.2", "success", ms=want / MS, k=k,
-                    value2=k * 2 * (n - 1) * d.alpha / MS,
-                    value3=2 * (n - 1) / n * total * d.beta / MS))
+                    latency_ms=k * 2 * (n - 1) * d.alpha / MS,
+                    bytes_ms=2 * (n - 1) / n * total * d.beta / MS))
 
 
 # --- 12.3 ------------------------------------------------------------------------------------

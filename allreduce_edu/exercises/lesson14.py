@@ -227,7 +227,7 @@ def check_tree_sum(tree_sum) -> Feedback:
         got = block_total(tree_sum, values)
     except Exception as e:  # noqa: BLE001 - e.g. numba cannot compile it for the device
         return failed(message(__name__, "14.1", "tree-sum-passed", name=type(e).__name__,
-                              value=str(e).splitlines()[0] if str(e) else ''))
+                              error=str(e).splitlines()[0] if str(e) else ''))
     if not np.isclose(got, values.sum(), rtol=1e-12):
         return failed(message(__name__, "14.1", "in-real-kernel", got=got, sum=values.sum()))
     where = "the CUDA simulator" if gpu.simulated() else "this GPU"

@@ -188,7 +188,7 @@ def _goodput_slips(d) -> list[Slip]:
 def _goodput_success(d) -> str:
     tau, lost = _tau(d), d.restart + _tau(d) / 2
     return (message(__name__, "15.3", "goodput-3f-steps", goodput=_goodput(d), tau=tau,
-                    value=d.checkpoint / tau, lost=lost, value2=lost / d.mtbf))
+                    checkpointing=d.checkpoint / tau, lost=lost, failures=lost / d.mtbf))
 
 
 number("15.3", module=__name__,

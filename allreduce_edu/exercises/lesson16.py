@@ -193,7 +193,7 @@ def check_tree2(fn, worlds=tuple(range(1, 10)), nbytes: int = 1 << 20) -> Feedba
         if sent[worst] > 2 * nbytes:
             return failed(message(__name__, "16.1", "sends-too-much", n=n, worst=worst,
                                   sends=sent[worst] / nbytes,
-                                  value2=ring / nbytes))
+                                  ring=ring / nbytes))
         if second.height[second.root] > first.height[first.root] + 1:
             return failed(message(__name__, "16.1", "too-deep", n=n,
                                   levels=second.height[second.root],

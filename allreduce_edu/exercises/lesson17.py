@@ -210,7 +210,7 @@ def _ratio_slips(d) -> list[Slip]:
 def _ratio_success(d) -> str:
     n, m, r = _matrix(d)
     return (message(__name__, "17.2", "ratio-1f-shape", ratio=_ratio(d), shape=d.shape, n=n, m=m,
-                    values=n * m, r=r, value2=(n + m) * r))
+                    values=n * m, r=r, sent=(n + m) * r))
 
 
 number("17.2", module=__name__, blanks=(Blank("my_ratio", key="256 * 1152 / ((256 + 1152) * 2)"),),
