@@ -56,22 +56,22 @@ def check_ring_allreduce(fn, world_sizes=(3, 4), shapes=((10,), (1_000_003,), (2
 
 
 number("03.2", module=__name__,
-    blanks=(Blank("my_bytes", key="(30 * 62500 + 4) * 8"),),
-    inputs={"world_size": 16, "count": 1_000_003},
-    unit="bytes",
-    exact=True,
-    answer=lambda d: ring_bytes_sent(d.count, d.world_size),
-    slips=lambda d: [
-        Slip(2 * (d.world_size - 1) / d.world_size * d.count * 8, "equal-chunks"),
-        Slip(2 * (d.world_size - 1) * (d.count // d.world_size) * 8, "all-short"),
-        Slip(2 * (d.world_size - 1) * (d.count // d.world_size + 1) * 8, "all-long"),
-        Slip(ring_bytes_sent(d.count, d.world_size) / MIB, "mib"),
-        Slip(2 * d.count * 8, "limit"),
-        Slip((d.world_size - 1) * d.count * 8, "naive-root"),
-        Slip(2 * (d.world_size - 1), "messages"),
-    ],
-    values=lambda d: {"sent": ring_bytes_sent(d.count, d.world_size),
-                      "bound": 2 * (d.world_size - 1) / d.world_size * d.count * 8})
+       blanks=(Blank("my_bytes", key="(30 * 62500 + 4) * 8"),),
+       inputs={"world_size": 16, "count": 1_000_003},
+       unit="bytes",
+       exact=True,
+       answer=lambda d: ring_bytes_sent(d.count, d.world_size),
+       slips=lambda d: [
+           Slip(2 * (d.world_size - 1) / d.world_size * d.count * 8, "equal-chunks"),
+           Slip(2 * (d.world_size - 1) * (d.count // d.world_size) * 8, "all-short"),
+           Slip(2 * (d.world_size - 1) * (d.count // d.world_size + 1) * 8, "all-long"),
+           Slip(ring_bytes_sent(d.count, d.world_size) / MIB, "mib"),
+           Slip(2 * d.count * 8, "limit"),
+           Slip((d.world_size - 1) * d.count * 8, "naive-root"),
+           Slip(2 * (d.world_size - 1), "messages"),
+       ],
+       values=lambda d: {"sent": ring_bytes_sent(d.count, d.world_size),
+                         "bound": 2 * (d.world_size - 1) / d.world_size * d.count * 8})
 
 
 def ring_bytes_sent(count: int, world_size: int, rank: int = 0, itemsize: int = 8) -> int:
@@ -109,15 +109,15 @@ choice("03.4", module=__name__)
 
 
 number("03.0", module=__name__,
-    blanks=(Blank("my_holder", key="1"),),
-    inputs={"world_size": 4, "chunk": 2, "steps": 2},
-    exact=True,
-    answer=lambda d: _path(d)[d.steps],
-    slips=lambda d: [Slip(rank, _owner_slip(d, rank)) for rank in range(d.world_size)
-                     if rank != _path(d)[d.steps]],
-    otherwise=lambda d, name, got: f"there are {d.world_size} ranks, numbered 0 to "
-                                   f"{d.world_size - 1}.",
-    success=lambda d: _owner_success(d))
+       blanks=(Blank("my_holder", key="1"),),
+       inputs={"world_size": 4, "chunk": 2, "steps": 2},
+       exact=True,
+       answer=lambda d: _path(d)[d.steps],
+       slips=lambda d: [Slip(rank, _owner_slip(d, rank)) for rank in range(d.world_size)
+                        if rank != _path(d)[d.steps]],
+       otherwise=lambda d, name, got: f"there are {d.world_size} ranks, numbered 0 to "
+                                      f"{d.world_size - 1}.",
+       success=lambda d: _owner_success(d))
 
 
 def _path(d) -> list[int]:
