@@ -4,18 +4,21 @@ from __future__ import annotations
 
 
 class CollectiveError(RuntimeError):
-    """A collective could not complete; `ranks` lists the ranks the message blames."""
+    """A collective could not complete; `ranks` lists the ranks the message blames;
+    `waiting_for`, the rank this one was waiting for when it was raised (None: none)."""
 
-    def __init__(self, message: str, *, ranks: tuple[int, ...] = ()):
+    def __init__(self, message: str, *, ranks: tuple[int, ...] = (),
+                 waiting_for: int | None = None):
         super().__init__(message)
         self.ranks = tuple(ranks)
+        self.waiting_for = waiting_for
 
-    def __reduce__(self):  # keep `ranks` when pickled between processes
-        return (_rebuild, (type(self), self.args[0], self.ranks))
+    def __reduce__(self):  # keep `ranks` and `waiting_for` when pickled between processes
+        return (_rebuild, (type(self), self.args[0], self.ranks, self.waiting_for))
 
 
-def _rebuild(cls, message, ranks):
-    return cls(message, ranks=ranks)
+def _rebuild(cls, message, ranks, waiting_for=None):
+    return cls(message, ranks=ranks, waiting_for=waiting_for)
 
 
 class RankFailure(CollectiveError):

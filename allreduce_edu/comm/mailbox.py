@@ -89,10 +89,13 @@ class Mailbox:
         (at most that long) instead of sleeping until another thread delivers.
         """
         key = (src, epoch, collective_id, tag)
+        awaited = src if signature is not None else None  # in a collective: the Cluster follows
         with self._cond:
             while True:
                 if self._aborted is not None:
-                    raise copy.copy(self._aborted)
+                    aborted = copy.copy(self._aborted)
+                    aborted.waiting_for = awaited
+                    raise aborted
                 if signature is not None:
                     self._check_agreement(epoch, collective_id, signature)
                 if self._queues.get(key):
@@ -102,14 +105,15 @@ class Mailbox:
                     return msg
                 if src in self._failed:
                     raise RankFailure(f"rank {self.rank} cannot receive {tag!r} from rank {src}: "
-                                      f"{self._failed[src]}", ranks=(src,))
+                                      f"{self._failed[src]}", ranks=(src,), waiting_for=awaited)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     what = f"in {signature}" if signature else "(plain recv)"
                     raise CollectiveTimeout(
                         f"rank {self.rank} waited past its deadline for {tag!r} "
                         f"from rank {src} {what}; "
-                        f"is rank {src} stuck, or did it call something else?", ranks=(src,))
+                        f"is rank {src} stuck, or did it call something else?", ranks=(src,),
+                        waiting_for=awaited)
                 if pump is None:
                     self._cond.wait(remaining)
                     continue

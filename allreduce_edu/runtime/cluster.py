@@ -135,7 +135,8 @@ class Cluster:
             raise KeyboardInterrupt(interrupted) from None
         failures = [r for r in reports.values() if r.kind != "result"]
         if failures:
-            raise root_cause(failures, fn)
+            raise root_cause(failures, fn,
+                             finished=[r.rank for r in reports.values() if r.kind == "result"])
         return [reports[rank].value for rank in range(self.world_size)]
 
     def _collect(self, reports: dict[int, Report]) -> None:

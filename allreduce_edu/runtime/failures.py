@@ -48,14 +48,50 @@ def _severity(report: Report) -> int:
     return 3 if isinstance(e, (CollectiveTimeout, RankFailure)) else 4
 
 
-def root_cause(failures: list[Report], fn, where: str | None = None) -> BaseException:
+def absent(failures: list[Report], finished) -> tuple[int, list[int]] | None:
+    """(the rank that never took part, the ranks that waited for it) when the ranks' waits lead,
+    one to the next, to a rank that returned (`finished`) while the others waited in a collective;
+    None when they lead nowhere (a cycle) or to no such rank. Every wait's error names the rank it
+    was for (CollectiveError.waiting_for), whichever rank timed out first."""
+    waits = {r.rank: r.error.waiting_for for r in failures
+             if isinstance(r.error, CollectiveError) and r.error.waiting_for is not None}
+    ends: dict[int, list[int]] = defaultdict(list)
+    for start in waits:
+        rank, seen = start, {start}
+        while rank in waits and waits[rank] not in seen:
+            rank = waits[rank]
+            seen.add(rank)
+        if rank not in waits and rank in finished:
+            ends[rank].append(start)
+    if len(ends) != 1:
+        return None
+    (rank, waiters), = ends.items()
+    return rank, sorted(waiters)
+
+
+def _did_not_take_part(rank: int, waiters: list[int], cause: Report, where: str) -> Report:
+    """The report to raise when `rank` returned while `waiters` waited for it."""
+    said = re.search(r"from rank \d+ in (\w+\(.*?\));", str(cause.error))  # mailbox.take's words
+    what = said[1] if said else ""
+    return Report(rank, cause.run_id, kind="error", error=CollectiveTimeout(
+        f"rank {rank} returned from {where} while rank(s) {_list(waiters)} waited for it"
+        + (f" in {what}" if what else "") + ": every rank must call the same collectives in the "
+        f"same order, and rank {rank} never called this one", ranks=(rank,)))
+
+
+def root_cause(failures: list[Report], fn, where: str | None = None,
+               finished=()) -> BaseException:
     """The exception to raise for failed ranks: the root cause, with its rank, remote traceback
-    and the other ranks' fate. `where` names the call (default "cluster.run(fn)")."""
+    and the other ranks' fate. `where` names the call (default "cluster.run(fn)"); `finished`,
+    the ranks that returned meanwhile (one the others waited for did not take part)."""
+    where = where or f"cluster.run({getattr(fn, '__name__', repr(fn))})"
     cause = min(failures, key=_severity)  # min() keeps arrival order among equals
+    missing = absent(failures, finished) if _severity(cause) >= 3 else None
+    if missing is not None:
+        cause = _did_not_take_part(*missing, cause, where)
     error = cause.error
     if cause.traceback and error.__traceback__ is None:  # it came from another process
         error.__cause__ = RemoteTraceback(_restore_sources(cause.traceback, fn))
-    where = where or f"cluster.run({getattr(fn, '__name__', repr(fn))})"
     try:  # callers (the exercise checkers) read the rank here, never from the text
         error.failed_rank = cause.rank
     except AttributeError:  # an exception type with __slots__: the note below still says it
