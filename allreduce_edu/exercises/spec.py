@@ -71,18 +71,15 @@ def _text(t: dict, id: str, key: str, given=_DATA, default=_DATA):
 
 
 # --- choice ----------------------------------------------------------------------------------
-def choice(id: str, title=_DATA, *, module: str, checker=_DATA, question=_DATA, options=_DATA,
-           right=_DATA, slips=_DATA, why=_DATA, hints=_DATA, values: dict | None = None,
+def choice(id: str, *, module: str, right=_DATA, values: dict | None = None,
            imports: str = "hint, solution"):
     """A multiple-choice exercise: every wrong option is a misconception with its own hint
     (`question` None, or none in the data file: the lesson asks it in its own words); `values`
     fill the {placeholders} of the data file's slips and why."""
     t = exercise_texts(module, id)
-    title, checker = _text(t, id, "title", title), _text(t, id, "checker", checker)
-    question, options = _text(t, id, "question", question, None), _text(t, id, "options", options)
-    right, slips, why = _text(t, id, "right", right), _text(t, id, "slips", slips), \
-        _text(t, id, "why", why)
-    hints = _text(t, id, "hints", hints)
+    title, checker, question = t["title"], t["checker"], t.get("question")
+    options, slips, why, hints = t["options"], t["slips"], t["why"], tuple(t["hints"])
+    right = _text(t, id, "right", right)
     if values is not None:
         slips = {x: fill(text, values) for x, text in slips.items()}
         why = fill(why, values)
@@ -120,22 +117,20 @@ class Slip:
     values: dict = field(default_factory=dict)  # this slip's {placeholders} besides the spec's
 
 
-def number(id: str, title=_DATA, *, module: str, checker=_DATA, question=_DATA,
-           blanks: tuple[Blank, ...], answer, inputs: dict | None = None, slips=None,
-           values=None, success=_DATA, otherwise=_DATA, unit: str = "", exact: bool = False,
-           hints=_DATA, solution=_DATA, setup: str = "", call: str = "",
-           verb: str = "predict", todo=_DATA, tolerance: float = TOLERANCE,
+def number(id: str, *, module: str, blanks: tuple[Blank, ...], answer, inputs: dict | None = None,
+           slips=None, values=None, success=_DATA, otherwise=_DATA, unit: str = "",
+           exact: bool = False, setup: str = "", call: str = "",
+           verb: str = "predict", tolerance: float = TOLERANCE,
            imports: str = "hint, solution"):
     """A number exercise: `answer(d)` gives the value (or {blank: value}) from the inputs `d`;
     `slips(d)` the typical wrong values with their hints; `values(d)` what the messages'
     {placeholders} show besides the inputs (`success(d)`, `otherwise(d, name, got)`: a message
     computed in Python)."""
     t = exercise_texts(module, id)
-    title, checker = _text(t, id, "title", title), _text(t, id, "checker", checker)
-    question, hints = _text(t, id, "question", question, None), _text(t, id, "hints", hints)
-    solution, todo = _text(t, id, "solution", solution), _text(t, id, "todo", todo, "")
+    title, checker, question = t["title"], t["checker"], t.get("question")
+    hints, solution, todo = tuple(t["hints"]), t["solution"], t.get("todo", "")
     success, otherwise = _text(t, id, "success", success), _text(t, id, "otherwise", otherwise, "")
-    filled = _text(t, id, "slips", default={})
+    filled = t.get("slips", {})
     comments = t.get("blanks", {})
     blanks = tuple(b if b.comment else replace(b, comment=comments[b.variable]) for b in blanks)
     inputs = dict(inputs or {})
@@ -214,20 +209,17 @@ def _todo(blanks, unit: str) -> str:
 
 
 # --- names -----------------------------------------------------------------------------------
-def names(id: str, title=_DATA, *, module: str, checker=_DATA, question=_DATA,
-          table: dict[str, tuple[str, ...]], success=_DATA, hints=_DATA, slips=_DATA,
+def names(id: str, *, module: str, table: dict[str, tuple[str, ...]], success=_DATA,
           normalise=str.strip, fallback=None, key_value=None, verb: str = "translate"):
     """A names exercise: fill in a dict {ours: theirs}; `table` holds the accepted names (the first
     is the solution's), `slips` a hint for a typical wrong (key, name) (the data file's
     [ "NN.M".slips.KEY ] NAME = "hint"), `fallback(key, name)` for any other."""
     t = exercise_texts(module, id)
-    title, checker = _text(t, id, "title", title), _text(t, id, "checker", checker)
-    question, hints = _text(t, id, "question", question), _text(t, id, "hints", hints)
-    success = _text(t, id, "success", success)
-    slips = _text(t, id, "slips", slips, None) or {}
-    if "slips" in t:
-        slips = {(ours, got): hint for ours, named in slips.items() for got, hint in named.items()}
-    slips, value = dict(slips), key_value or (lambda theirs: theirs[0])
+    title, checker, question = t["title"], t["checker"], t["question"]
+    hints, success = tuple(t["hints"]), _text(t, id, "success", success)
+    slips = {(ours, got): hint for ours, named in t.get("slips", {}).items()
+             for got, hint in named.items()}
+    value = key_value or (lambda theirs: theirs[0])
     accepted = {k: {normalise(n).upper() for n in v} for k, v in table.items()}
 
     def cell(solved: bool) -> str:
