@@ -22,7 +22,7 @@ import allreduce_edu as ae  # noqa: E402 - after the data folder is set
 from allreduce_edu.comm.transports.shm import backend as shm_backends  # noqa: E402
 from allreduce_edu.comm.transports.shm import linux as shm_linux  # noqa: E402
 from allreduce_edu.comm.transports.shm import portable as shm_portable  # noqa: E402
-from allreduce_edu.runtime import osfacts  # noqa: E402
+from allreduce_edu.runtime import limits, osfacts  # noqa: E402
 
 _clusters: dict[tuple, ae.Cluster] = {}
 
@@ -70,6 +70,19 @@ def _close_clusters():
     yield
     for cluster in _clusters.values():
         cluster.close()
+
+
+@pytest.fixture(autouse=True)
+def _rank_limit_stays_the_tests():
+    """`allreduce-edu ... --max-ranks N` sets ALLREDUCE_EDU_MAX_RANKS for the ranks it starts; a
+    test that drives the command line must not leave that limit to the tests after it (in another
+    order, they were refused their worlds)."""
+    before = os.environ.get(limits.ENV)
+    yield
+    if before is None:
+        os.environ.pop(limits.ENV, None)
+    else:
+        os.environ[limits.ENV] = before
 
 
 @pytest.fixture(params=["local", pytest.param("grpc", marks=pytest.mark.processes),
