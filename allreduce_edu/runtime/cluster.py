@@ -87,9 +87,15 @@ class Cluster:
         self._finalizer()
 
     def restart(self) -> None:
-        """Replace every rank with a fresh one: a full world again after a failure."""
+        """Replace every rank with a fresh one: a full world again after a failure. Interrupted
+        meanwhile, the Cluster stays closed and says so (`restart()` again makes a new world)."""
         self.close()
-        self._start()
+        try:
+            self._start()
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(
+                f"interrupted while replacing the ranks: this Cluster of {self.world_size} is "
+                f"closed now; call cluster.restart() for a new world") from None
 
     def run(self, fn, *args, **kwargs) -> list:
         """Call `fn(comm, *args, **kwargs)` on every rank; return the results by rank.

@@ -82,6 +82,10 @@ class ProcessRanks:
             for conn in self.conns:
                 conn.send(("peers", self.addresses))
             self._gather("connected", max(60.0, timeout))
+        except KeyboardInterrupt:
+            self.close()
+            raise KeyboardInterrupt(f"interrupted while starting {world_size} rank processes: "
+                                    f"every one was stopped, and no Cluster was made") from None
         except BaseException:
             self.close()
             raise

@@ -218,7 +218,13 @@ class ClusterStart:
                                            scratch=self.scratch)
         comm.use_links(self.links)
         self.send(("ready", comm.address))
-        _, addresses = self.conn.recv()
+        try:
+            kind, addresses = self.conn.recv()
+        except EOFError:  # the Cluster is gone
+            kind = "close"
+        if kind != "peers":  # the Cluster gave up starting (Ctrl-C, a rank that failed): stop
+            comm.close(drain=0.0)
+            return None
         try:
             comm.connect(addresses)
         except CollectiveError as e:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -181,3 +182,48 @@ def test_soak_2000_allreduces_stay_correct_and_flat():
         assert max(rss[-3:]) - min(rss[1:4]) < 48, report[-1]
     print(f"\nsoak: {runs * per_run} all-reduces on 4 gRPC ranks ({checked} results checked) in {elapsed:.0f} s\n"
           + "\n".join(report))
+
+
+STARTING = textwrap.dedent("""
+    import sys, time
+    import allreduce_edu as ae
+    if __name__ == "__main__":
+        print("creating", flush=True)
+        cluster = ae.Cluster(4, sys.argv[1])
+        time.sleep(60)
+""")
+
+
+@pytest.mark.skipif(os.name == "nt", reason="a terminal's Ctrl-C is SIGINT to the process here")
+@pytest.mark.parametrize("transport", ["grpc", "shm"])
+def test_ctrl_c_while_the_ranks_start_stops_them_all_quietly_and_says_where(tmp_path, transport):
+    script = tmp_path / "starting.py"
+    script.write_text(STARTING)
+    caller = subprocess.Popen([sys.executable, str(script), transport], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert caller.stdout.readline().strip() == "creating"
+    time.sleep(0.3)  # the ranks are being spawned: a second or more here
+    caller.send_signal(signal.SIGINT)
+    _, err = caller.communicate(timeout=60)
+    assert "interrupted while starting 4 rank processes: every one was stopped" in err, err
+    assert "TypeError" not in err and err.count("Traceback") == 1, err  # the caller's own only
+
+
+def test_ctrl_c_while_ranks_are_replaced_leaves_a_closed_cluster_that_says_so(monkeypatch):
+    cluster = ae.Cluster(2, "local")
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cluster, "_start", interrupted)
+    with pytest.raises(KeyboardInterrupt, match="interrupted while replacing the ranks: this "
+                                                "Cluster of 2 is closed now"):
+        cluster.restart()
+    assert cluster.closed and "closed" in repr(cluster)
+    with pytest.raises(RuntimeError, match="this Cluster is closed"):
+        cluster.run(lambda comm: comm.rank)
+    monkeypatch.undo()
+    cluster.restart()  # and restart() makes a new world
+    assert cluster.run(lambda comm: comm.rank) == [0, 1]
+    cluster.close()
