@@ -64,7 +64,7 @@ def _text(t: dict, id: str, key: str, given=_DATA, default=_DATA):
     if given is not _DATA:
         return given
     if key in t:
-        return tuple(t[key]) if key == "hints" else t[key]
+        return t[key]
     if default is _DATA:
         raise KeyError(f"exercise {id}: its lesson's data file has no {key!r}")
     return default
