@@ -170,15 +170,32 @@ class Cluster:
         deadline = time.monotonic() + GRACE
         while len(reports) < self.world_size and time.monotonic() < deadline:
             self._receive(reports)
+            if set(range(self.world_size)) - set(reports) <= set(_waited_for(reports)):
+                break  # the only ranks left are ones the others already waited a deadline for
         stuck = [rank for rank in range(self.world_size) if rank not in reports]
+        waited = _waited_for(reports)
         for rank in stuck:
             reports[rank] = Report(rank, self._run_id, kind="stuck", error=CollectiveTimeout(
-                f"rank {rank} was busy outside any collective while the others gave up on it "
-                f"({error}); it did not stop within {GRACE:.0f} s, "
-                f"so the Cluster replaced all ranks", ranks=(rank,)))
+                (f"rank {rank} stopped answering inside the collective: rank(s) "
+                 f"{', '.join(str(r) for r in sorted(waited[rank]))} waited for it past their "
+                 f"deadline (a stopped process, a debugger, or a long computation)"
+                 if rank in waited else
+                 f"rank {rank} was busy outside any collective while the others gave up on it "
+                 f"({error}); it did not stop within {GRACE:.0f} s")
+                + ", so the Cluster replaced all ranks", ranks=(rank,)))
         if stuck:
+            self._world.kill(stuck)  # they do not answer: replacing them need not wait for them
             self.restart()
         return stuck
+
+
+def _waited_for(reports: dict[int, Report]) -> dict[int, set[int]]:
+    """rank -> the ranks whose collective wait for it ran past their deadline."""
+    waited: dict[int, set[int]] = {}
+    for r in reports.values():
+        if isinstance(r.error, CollectiveTimeout) and r.error.waiting_for is not None:
+            waited.setdefault(r.error.waiting_for, set()).add(r.rank)
+    return waited
 
 
 def _interrupted(fn, running: list[int], replaced: list[int], world_size: int,

@@ -171,6 +171,12 @@ class ProcessRanks:
             except (OSError, AttributeError):
                 pass
 
+    def kill(self, ranks) -> None:
+        """End these ranks now: they stopped answering (SIGSTOPped, say), so asking is no use."""
+        for rank in ranks:
+            if self.procs[rank].is_alive():
+                self.procs[rank].kill()
+
     def close(self) -> None:
         for conn in self.conns:
             try:

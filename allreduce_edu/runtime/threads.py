@@ -61,6 +61,9 @@ class ThreadRanks:
         for comm in self.world.comms:
             comm.abort(error)
 
+    def kill(self, ranks) -> None:
+        """A thread cannot be killed: a rank that stopped answering runs on, detached."""
+
     def close(self) -> None:
         self.abort(CollectiveAborted("the cluster was closed"))
         for comm in self.world.comms:  # ends their communication threads, if any

@@ -227,3 +227,25 @@ def test_ctrl_c_while_ranks_are_replaced_leaves_a_closed_cluster_that_says_so(mo
     cluster.restart()  # and restart() makes a new world
     assert cluster.run(lambda comm: comm.rank) == [0, 1]
     cluster.close()
+
+
+def _stop_rank_1_inside(comm):
+    if comm.rank == 1:
+        os.kill(os.getpid(), signal.SIGSTOP)  # stopped, as a debugger or Ctrl-Z stops it
+    return ae.allreduce(comm, np.ones(4)).tolist()
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="SIGSTOP is POSIX's")
+@pytest.mark.parametrize("transport", ["grpc", "shm"])
+def test_a_stopped_rank_is_named_as_stopped_inside_the_collective_soon_after_its_deadline(
+        transport):
+    with ae.Cluster(4, transport, timeout=3) as cluster:
+        t0 = time.monotonic()
+        with pytest.raises(ae.CollectiveTimeout) as raised:
+            cluster.run(_stop_rank_1_inside)
+        took = time.monotonic() - t0
+        assert raised.value.failed_rank == 1
+        assert "rank 1 stopped answering inside the collective" in str(raised.value)
+        # its deadline, then no grace for a rank that cannot answer (it was 3 s + 3 s + 5 s + more)
+        assert took < 3 + 6, took
+        assert cluster.run(lambda comm: comm.rank) == [0, 1, 2, 3]  # a fresh world
