@@ -167,18 +167,20 @@ class Cluster:
 
         Returns the ranks that did not stop in time (all ranks are then fresh processes)."""
         self._world.abort(error)
-        deadline = time.monotonic() + GRACE
-        while len(reports) < self.world_size and time.monotonic() < deadline:
+        start = time.monotonic()
+        while len(reports) < self.world_size and time.monotonic() < start + GRACE:
             self._receive(reports)
-            if set(range(self.world_size)) - set(reports) <= set(_waited_for(reports)):
+            if (time.monotonic() > start + ANSWER
+                    and set(range(self.world_size)) - set(reports) <= set(_waited_for(reports))):
                 break  # the only ranks left are ones the others already waited a deadline for
         stuck = [rank for rank in range(self.world_size) if rank not in reports]
         waited = _waited_for(reports)
         for rank in stuck:
             reports[rank] = Report(rank, self._run_id, kind="stuck", error=CollectiveTimeout(
-                (f"rank {rank} stopped answering inside the collective: rank(s) "
-                 f"{', '.join(str(r) for r in sorted(waited[rank]))} waited for it past their "
-                 f"deadline (a stopped process, a debugger, or a long computation)"
+                (f"rank {rank} did not answer: rank(s) "
+                 f"{', '.join(str(r) for r in sorted(waited[rank]))} waited for it in the "
+                 f"collective past their deadline; it is stopped (a debugger, Ctrl-Z, SIGSTOP) "
+                 f"or busy (a long computation, before the collective or inside it)"
                  if rank in waited else
                  f"rank {rank} was busy outside any collective while the others gave up on it "
                  f"({error}); it did not stop within {GRACE:.0f} s")
@@ -187,6 +189,9 @@ class Cluster:
             self._world.kill(stuck)  # they do not answer: replacing them need not wait for them
             self.restart()
         return stuck
+
+
+ANSWER = 0.5  # seconds within which a rank waiting in a collective answers an abort
 
 
 def _waited_for(reports: dict[int, Report]) -> dict[int, set[int]]:

@@ -237,7 +237,7 @@ def _stop_rank_1_inside(comm):
 
 @pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="SIGSTOP is POSIX's")
 @pytest.mark.parametrize("transport", ["grpc", "shm"])
-def test_a_stopped_rank_is_named_as_stopped_inside_the_collective_soon_after_its_deadline(
+def test_a_stopped_rank_is_named_as_stopped_soon_after_its_deadline(
         transport):
     with ae.Cluster(4, transport, timeout=3) as cluster:
         t0 = time.monotonic()
@@ -245,7 +245,7 @@ def test_a_stopped_rank_is_named_as_stopped_inside_the_collective_soon_after_its
             cluster.run(_stop_rank_1_inside)
         took = time.monotonic() - t0
         assert raised.value.failed_rank == 1
-        assert "rank 1 stopped answering inside the collective" in str(raised.value)
+        assert "rank 1 did not answer" in str(raised.value) and "it is stopped" in str(raised.value)
         # its deadline, then no grace for a rank that cannot answer (it was 3 s + 3 s + 5 s + more)
         assert took < 3 + 6, took
         assert cluster.run(lambda comm: comm.rank) == [0, 1, 2, 3]  # a fresh world
