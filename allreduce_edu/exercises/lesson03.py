@@ -22,8 +22,8 @@ from .texts import message
 
 @exercise("03.1", kind="code",
     function="my_ring_allreduce",
-    library=("collectives.ring:allreduce_ring", "collectives.ring:reduce_scatter_ring",
-             "collectives.ring:all_gather_ring"),
+    library=("collectives.ring:allreduce_ring_plain", "collectives.ring:allreduce_ring",
+             "collectives.ring:reduce_scatter_ring", "collectives.ring:all_gather_ring"),
     imports="")
 def check_ring_allreduce(fn, world_sizes=(3, 4), shapes=((10,), (1_000_003,), (2, 5)),
                          timeout: float = 20.0, transport: str = "grpc") -> Feedback:

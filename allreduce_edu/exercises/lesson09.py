@@ -30,8 +30,8 @@ NEEDS = {"gloo": "needs torch: pip install -e '.[torch]'",
 
 
 @exercise("09.1", kind="code", function="fixed_ring",
-          library=("collectives.ring:allreduce_ring", "collectives.ring:reduce_scatter_ring",
-             "collectives.ring:all_gather_ring"),
+          library=("collectives.ring:allreduce_ring_plain", "collectives.ring:allreduce_ring",
+                   "collectives.ring:reduce_scatter_ring", "collectives.ring:all_gather_ring"),
           gaps=(1, 2))
 def check_ring_on_engine(fn, engine: str = "gloo", world_sizes=(3, 5), sizes=(10, 1_000_003),
                          comm_timeout: float = 10.0, timeout: float = 120.0) -> Feedback:

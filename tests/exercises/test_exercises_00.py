@@ -120,7 +120,7 @@ def test_show_source_shows_the_library_code():
 
 def test_a_long_listing_shows_folded_a_short_one_open():
     from allreduce_edu.notebook import FOLD_LINES
-    long = show_source(allreduce_edu.collectives.ring.reduce_scatter_ring)
+    long = show_source(allreduce_edu.collectives.ring.reduce_scatter_ring_into)
     assert long.code.count("\n") + 1 > FOLD_LINES
     assert long._repr_html_().startswith("<details") and "lines: click to show" in long._repr_html_()
     short = show_source(allreduce_edu.collectives.registry.reduce_into)

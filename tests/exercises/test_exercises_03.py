@@ -264,7 +264,7 @@ def test_the_learner_traces_chunks_then_writes_the_ring_before_seeing_one():
                      "pieces[", "comm.sendrecv(right"):
         assert giveaway not in shown, giveaway
     later = "\n".join(source(c) for c in cells[at["03.1"] + 1:])
-    assert "show_source(allreduce_ring)" in later
+    assert "show_source(allreduce_ring_plain)" in later
 
 
 def test_predictions_come_before_what_answers_them():
