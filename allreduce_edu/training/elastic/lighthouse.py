@@ -147,10 +147,6 @@ class Lighthouse:
             return serve(request, context)
         return handler
 
-    @property
-    def quorum_ids(self) -> list[int]:
-        return [q.quorum_id for _, q in self.history]
-
     # --- the rule, applied ----------------------------------------------------------------
     def _tick(self) -> None:
         while not self._closed.wait(self.heartbeat_timeout / 10):

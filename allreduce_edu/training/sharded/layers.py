@@ -16,10 +16,6 @@ import numpy as np
 from ..data_parallel import softmax_cross_entropy
 
 
-def layer_count(params: list) -> int:
-    return len(params) // 2
-
-
 def units(params: list) -> list[np.ndarray]:
     """Each layer's W and b as one flat vector: the unit a sharded trainer gathers and scatters."""
     return [np.concatenate([W.reshape(-1), b]) for W, b in zip(params[::2], params[1::2],
