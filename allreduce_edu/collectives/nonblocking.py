@@ -77,7 +77,7 @@ class CollectiveRequest:
             self._heard = True
             if hasattr(self._error, "add_note"):  # Python 3.11+
                 self._error.add_note(f"raised by {self.name}, a non-blocking collective nobody "
-                                     f"waited for, on rank {self.comm.rank}")
+                                     f"waited for, on rank {self._progress.comm.rank}")
         return self._error
 
     def execute(self) -> None:

@@ -13,8 +13,8 @@ class CollectiveError(RuntimeError):
         self.ranks = tuple(ranks)
         self.waiting_for = waiting_for
 
-    def __reduce__(self):  # keep `ranks` and `waiting_for` when pickled between processes
-        return (_rebuild, (type(self), self.args[0], self.ranks, self.waiting_for))
+    def __reduce__(self):  # keep ranks, waiting_for and any notes when pickled between processes
+        return (_rebuild, (type(self), self.args[0], self.ranks, self.waiting_for), self.__dict__)
 
 
 def _rebuild(cls, message, ranks, waiting_for=None):

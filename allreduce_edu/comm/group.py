@@ -29,8 +29,9 @@ class Group(Comm):
         self.rank, self.world_size = ranks.index(comm.rank), len(ranks)
         self.ranks_per_node: int | None = None  # a group is flat unless told otherwise
         self.links = comm.links  # its messages cross the parent's links
-        # its calls' numbering: the same on every member (from the name), never the world's 0
-        self.space = 1 + zlib.crc32(name.encode()) % (1 << 31)
+        # its calls' numbering: the same on every member (from the name and the members), never
+        # the world's 0, and small enough for every transport's 64-bit header
+        self.space = 1 + zlib.crc32(f"{name}:{ranks}".encode()) % ((1 << 31) - 1)
 
     def __repr__(self) -> str:
         return f"Group({self.name!r}, ranks={self.ranks}, rank={self.rank})"
@@ -55,7 +56,8 @@ class Group(Comm):
     def collective(self, name: str, **kwargs):
         """Inside a collective of the whole world, part of it; on its own, a call of the group's,
         numbered in its own space (the ranks outside never count it)."""
-        return self.parent.collective(name, **{**kwargs, "space": self.space})
+        kwargs.setdefault("space", self.space)  # a group of a group numbers in its own space
+        return self.parent.collective(name, **kwargs)
 
     def progress(self):
         """The rank's one communication thread: the group's requests queue with the world's."""

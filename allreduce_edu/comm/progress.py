@@ -47,6 +47,9 @@ class Progress:
             request.settle()
         unheard = [e for r in pending if (e := r.unwaited_error()) is not None]
         if unheard and report:
+            for other in unheard[1:]:  # one is raised; the others are named in it, not lost
+                if hasattr(unheard[0], "add_note") and other is not unheard[0]:
+                    unheard[0].add_note(f"also: {type(other).__name__}: {other}")
             raise unheard[0]
 
     def _loop(self) -> None:

@@ -124,10 +124,13 @@ class Cluster:
             self._dead.update(e.ranks)
             raise
         reports: dict[int, Report] = {}
+        self._returned_first: list[int] = []  # ranks that returned before the first failure
         interrupted = None
         try:
             self._collect(reports)
         except KeyboardInterrupt:
+            if self.closed:  # interrupted while the ranks were replaced: restart() said so
+                raise
             running = [r for r in range(self.world_size) if r not in reports]
             replaced = self._stop(reports, CollectiveAborted("the caller interrupted cluster.run"))
             interrupted = _interrupted(fn, running, replaced, self.world_size, self.transport)
@@ -141,15 +144,15 @@ class Cluster:
             raise KeyboardInterrupt(interrupted) from None
         failures = [r for r in reports.values() if r.kind != "result"]
         if failures:
-            raise root_cause(failures, fn,
-                             finished=[r.rank for r in reports.values() if r.kind == "result"])
+            raise root_cause(failures, fn, finished=self._returned_first)
         return [reports[rank].value for rank in range(self.world_size)]
 
     def _collect(self, reports: dict[int, Report]) -> None:
         """Wait for every rank's report; on the first failure, abort the rest."""
         while len(reports) < self.world_size:
             failures = [r for r in self._receive(reports) if r.kind != "result"]
-            if failures:
+            if failures:  # the ranks that had returned by now took no part in what failed
+                self._returned_first = [r.rank for r in reports.values() if r.kind == "result"]
                 return self._stop(reports, abort_error(failures[0]))
 
     def _receive(self, reports: dict[int, Report]) -> list[Report]:
@@ -191,7 +194,7 @@ class Cluster:
         return stuck
 
 
-ANSWER = 0.5  # seconds within which a rank waiting in a collective answers an abort
+ANSWER = 1.5  # seconds within which a rank waiting in a collective answers an abort, busy or not
 
 
 def _waited_for(reports: dict[int, Report]) -> dict[int, set[int]]:

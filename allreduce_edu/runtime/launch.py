@@ -42,7 +42,7 @@ def _checked(nproc: int, nnodes: int, node_rank: int, rendezvous: str | None, ho
         check("--host", host)
     if rendezvous:
         master, number = check("--rendezvous", rendezvous)
-        port = str(number or "")
+        master, port = master or host or "127.0.0.1", str(number or "")
     else:
         master, port = host or "127.0.0.1", ""
     if nnodes > 1 and not port:

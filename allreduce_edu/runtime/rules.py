@@ -22,8 +22,8 @@ from .osfacts import available_bytes
 MOST_SECONDS = 24 * 3600.0  # a wait longer than a day is a typo (and `inf` overflows the clocks)
 MOST_LINK_ALPHA = 10.0  # an emulated message slower than this never finishes within a lesson
 LEAST_LINK_RATE = 1e3  # bytes/s: below this, one KiB takes a second
-_LABEL = r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)"  # one part of a host name (RFC 1123)
-_HOSTNAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*")
+_LABEL = r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)"  # one part of a host name (RFC 1123; _ as Docker's)
+_HOSTNAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*\.?")
 
 
 def seconds(name: str, value, most: float = MOST_SECONDS) -> float:
@@ -48,7 +48,8 @@ def port(name: str, value) -> int:
 
 
 def host(name: str, value) -> str:
-    """An address to listen on or dial: an IPv4/IPv6 address or a host name."""
+    """An address to listen on or dial: an IPv4/IPv6 address or a host name (returned as given:
+    an IPv6 address keeps its brackets, which gRPC's HOST:PORT needs)."""
     text = str(value).strip().strip("[]") if isinstance(value, str) else ""
     looks_numeric = bool(re.fullmatch(r"[\d.]+", text)) or ":" in text
     try:
@@ -58,16 +59,16 @@ def host(name: str, value) -> str:
             raise ValueError
     except ValueError:
         raise ValueError(f"{name} must be an IP address or a host name, got {value!r}") from None
-    return text
+    return value.strip()
 
 
 def address(name: str, value) -> tuple[str, int]:
-    """HOST:PORT, as a rendezvous is given."""
+    """HOST:PORT, as a rendezvous is given (":PORT": the host is left to the caller, "")."""
     text = str(value)
     where, colon, number = text.rpartition(":")
-    if not colon or not where:
+    if not colon:
         raise ValueError(f"{name} must be HOST:PORT, e.g. 127.0.0.1:29500, got {value!r}")
-    return host(name, where), port(name, number)
+    return (host(name, where).strip("[]") if where else ""), port(name, number)
 
 
 def link(name: str, value: Link) -> Link:

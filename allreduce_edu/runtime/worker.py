@@ -220,7 +220,7 @@ class ClusterStart:
         self.send(("ready", comm.address))
         try:
             kind, addresses = self.conn.recv()
-        except EOFError:  # the Cluster is gone
+        except (EOFError, OSError):  # the Cluster is gone
             kind = "close"
         if kind != "peers":  # the Cluster gave up starting (Ctrl-C, a rank that failed): stop
             comm.close(drain=0.0)

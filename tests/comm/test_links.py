@@ -218,6 +218,21 @@ def test_a_group_of_some_ranks_runs_its_own_collectives_and_the_world_stays_in_s
         assert world.tolist() == [10.0, 10.0]
 
 
+def test_a_group_of_a_group_and_groups_of_one_name_keep_their_own_numbering():
+    from allreduce_edu.comm.group import Group
+
+    def nested(comm):
+        outer = Group(comm, [0, 1, 2, 3], "a")
+        if comm.rank < 2:  # a group of the group: ranks 2 and 3 of "a" never count its call
+            ae.allreduce(Group(outer, [0, 1], "b"), np.ones(1))
+        if comm.rank < 3:  # one name, two member lists: rank 1 is in both
+            ae.allreduce(Group(comm, [0, 1], "pair"), np.ones(1)) if comm.rank < 2 else None
+            ae.allreduce(Group(comm, [1, 2], "pair"), np.ones(1)) if comm.rank > 0 else None
+        return ae.allreduce(outer, np.ones(2)).tolist()
+
+    assert cluster_for("local", 4).run(nested) == [[4.0, 4.0]] * 4
+
+
 def test_groups_number_their_calls_in_spaces_of_their_own():
     from allreduce_edu.comm.calls import Calls
     from allreduce_edu.comm.group import Group
@@ -226,8 +241,9 @@ def test_groups_number_their_calls_in_spaces_of_their_own():
     class One:  # what a Group reads of its parent at construction
         rank, world_size, links = 0, 2, None
 
-    a, b = Group(One(), [0, 1], "a"), Group(One(), [1, 0], "a")
+    a, b = Group(One(), [0, 1], "a"), Group(One(), [0, 1], "a")  # as two members make it
     assert a.space == b.space != 0 and Group(One(), [0, 1], "b").space != a.space
+    assert Group(One(), [0, 2], "a").space != a.space  # one name, other members: its own
     calls = Calls()
     world = calls.open(Signature("allreduce"), 1.0).collective_id
     grouped = calls.open(Signature("allreduce"), 1.0, space=a.space).collective_id

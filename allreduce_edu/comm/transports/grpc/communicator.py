@@ -182,7 +182,9 @@ class GrpcCommunicator(Communicator):
         for link in self.streams.values():
             link.close()
         self._server.stop(grace=0.2).wait(2)
-        self._serving.shutdown(wait=True, cancel_futures=True)  # no server thread outlives close
+        # its idle threads end now (a handler still waiting, a rendezvous Join, ends at its own
+        # deadline: waiting for it here would hold close() that long)
+        self._serving.shutdown(wait=False, cancel_futures=True)
 
     # --- the server side --------------------------------------------------------------------
     def _serve_ping(self, request, context):
