@@ -1,18 +1,54 @@
 """The lessons under nbval: a cell (or a notebook) that needs an optional extra missing here is
-skipped with the reason, never run to a different output (allreduce_edu.course.extras)."""
+skipped with the reason, never run to a different output (allreduce_edu.course.extras); and a
+lesson that takes longer than LESSON_LIMIT_S to execute fails the cell that took it over (issue
+36: every lesson runs top to bottom in under two minutes on a 2-core laptop, with a margin)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+#: seconds one lesson may take under nbval, kernel start included (the promise is 120)
+LESSON_LIMIT_S = 100.0
+#: set to a number of seconds to change the limit, or to 0 to turn it off (the busy-laptop test
+#: does: a second CPU-bound process beside the lesson slows every cell)
+LIMIT_VARIABLE = "ALLREDUCE_EDU_LESSON_LIMIT_S"
+
+_spent: dict[str, float] = {}  # notebook -> seconds its cells have taken so far
+_over: set[str] = set()  # notebooks already reported over the limit
+
+
+def _notebook(item) -> str | None:
+    cell, notebook = getattr(item, "cell", None), getattr(item.parent, "nb", None)
+    return None if cell is None or notebook is None else str(item.parent.path)
 
 
 def pytest_collection_modifyitems(config, items):
     from allreduce_edu.course.extras import skip_reason
 
     for item in items:
-        cell, notebook = getattr(item, "cell", None), getattr(item.parent, "nb", None)
-        if cell is None or notebook is None:  # not a notebook cell
+        path = _notebook(item)
+        if path is None:  # not a notebook cell
             continue
-        reason = skip_reason(notebook.metadata, cell.metadata)
+        reason = skip_reason(item.parent.nb.metadata, item.cell.metadata)
         if reason:
             item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    path = _notebook(item)
+    if path is None:
+        return
+    report = outcome.get_result()
+    _spent[path] = _spent.get(path, 0.0) + report.duration
+    limit = float(os.environ.get(LIMIT_VARIABLE, LESSON_LIMIT_S))
+    if limit and report.when == "call" and report.passed and _spent[path] > limit \
+            and path not in _over:  # the cell during which the lesson went over fails, once
+        _over.add(path)
+        report.outcome = "failed"
+        report.longrepr = (f"{os.path.basename(path)} took {_spent[path]:.0f} s to execute, over "
+                           f"the {limit:.0f} s a lesson may take here (the README promises each "
+                           f"runs in under two minutes on a 2-core laptop)")

@@ -30,3 +30,15 @@ def test_a_claim_that_failed_this_time_reads_as_held_to_nbval_and_nothing_else_d
     claim(True, "another sentence")
     assert _as_nbval_sees(capsys.readouterr().out) != _as_nbval_sees(held)  # the words still count
     assert _as_nbval_sees("✗ wrong at rank 2\n") == "✗ wrong at rank 2\n"  # a checker's ✗ is untouched
+
+
+def test_in_strict_mode_a_claim_that_does_not_hold_fails_its_cell(monkeypatch, capsys):
+    import pytest
+
+    from allreduce_edu.notebook import STRICT_CLAIMS, ClaimNotShown
+
+    monkeypatch.setenv(STRICT_CLAIMS, "1")
+    claim(True, "held")  # a claim that holds still prints
+    assert capsys.readouterr().out == "✓ held\n"
+    with pytest.raises(ClaimNotShown, match="did not hold: the ring beats naive"):
+        claim(False, "the ring beats naive")
