@@ -13,7 +13,7 @@ from .calls import Calls
 from .contract import Comm
 from .courier import Courier
 from .errors import CollectiveError, CollectiveTimeout
-from .mailbox import Mailbox, Message, Signature
+from .mailbox import ACKNOWLEDGED, SYNCHRONOUS, Mailbox, Message, Signature
 from .progress import Progress
 
 #: dtypes that may travel on the wire (numbers only: never objects, never pickles)
@@ -45,6 +45,7 @@ class Request:
         self.dst, self.tag, self.nbytes, self.step, self.chunk = dst, tag, nbytes, step, chunk
         self.t_start = time.perf_counter()
         self.collective = ""  # the collective it belongs to ("allreduce/ring"), set by isend
+        self.synchronous = None  # issend: (epoch, collective id) of the receipt wait() waits for
 
     # transports override: block until the peer acknowledged
     def _wait(self, deadline: float) -> None:
@@ -53,7 +54,10 @@ class Request:
     def wait(self, timeout: float | None = None) -> None:
         if self._done:
             return
-        self._wait(time.monotonic() + (self.comm.timeout if timeout is None else timeout))
+        deadline = time.monotonic() + (self.comm.timeout if timeout is None else timeout)
+        self._wait(deadline)
+        if self.synchronous is not None:  # and until the receiver has taken it
+            self.comm._await_taken(self, deadline)
         self._done = True
         c = self.comm
         c.trace.record(Event(c.rank, self.dst, self.tag, self.step, self.nbytes, self.t_start,
@@ -157,6 +161,36 @@ class Communicator(Comm):
         (eager: your array is free again)."""
         self.isend(dst, array, tag, step=step, chunk=chunk).wait()
 
+    def issend(self, dst: int, array, tag: str, *, step: int = -1, chunk=None) -> Request:
+        """Start a synchronous send (MPI's `MPI_Issend`): its `wait()` returns only once rank
+        `dst` has received the message with a matching recv."""
+        if SYNCHRONOUS in tag or ACKNOWLEDGED in tag:
+            raise ValueError(f"rank {self.rank}: tag {tag!r} holds a reserved marker")
+        request = self.isend(dst, array, SYNCHRONOUS + tag, step=step, chunk=chunk)
+        call = self._calls.current()
+        request.tag, request.synchronous = tag, (self._epoch, call.collective_id if call else 0)
+        return request
+
+    def ssend(self, dst: int, array, tag: str, *, step: int = -1, chunk=None) -> None:
+        """Send `array` to rank `dst` synchronously (MPI's `MPI_Ssend`): returns only once `dst`
+        has received it. If every rank ssends before it receives, none returns: each raises
+        CollectiveTimeout at its deadline, naming the rank it waited for."""
+        self.issend(dst, array, tag, step=step, chunk=chunk).wait()
+
+    def _await_taken(self, request: Request, deadline: float) -> None:
+        """Wait for the receipt of a synchronous send (its receiver's recv sends it back)."""
+        epoch, collective_id = request.synchronous
+        try:
+            with self._receiving(request.dst):
+                self._mailbox.take(request.dst, ACKNOWLEDGED + request.tag, epoch, collective_id,
+                                   None, deadline, self._pump(request.dst))
+        except CollectiveTimeout:
+            raise CollectiveTimeout(
+                f"rank {self.rank}: rank {request.dst} did not take {request.tag!r} "
+                f"({request.nbytes} bytes) before the deadline; a synchronous send returns only "
+                f"once its receiver has received the message", ranks=(request.dst,),
+                waiting_for=request.dst) from None
+
     def recv(self, src: int, tag: str, timeout: float | None = None) -> np.ndarray:
         """Wait for the next array `src` sent with `tag`; raises instead of waiting forever."""
         self.check_peer(src, "src")
@@ -164,8 +198,13 @@ class Communicator(Comm):
         call = self._calls.current()
         deadline = time.monotonic() + (timeout if timeout is not None
                                        else call.timeout if call else self.timeout)
-        msg = self._mailbox.take(src, tag, self._epoch, call.collective_id if call else 0,
-                                 call.signature if call else None, deadline, self._pump(src))
+        with self._receiving(src):
+            msg = self._mailbox.take(src, tag, self._epoch, call.collective_id if call else 0,
+                                     call.signature if call else None, deadline, self._pump(src))
+        if msg.synchronous:  # an ssend waits for this receipt: an empty message back
+            with contextlib.suppress(CollectiveError):  # a sender gone since: nobody waits
+                self._post(src, Message(self.rank, ACKNOWLEDGED + tag, np.empty(0, np.uint8),
+                                        msg.epoch, msg.collective_id), None)
         self.trace.record_receive(Receive(self.rank, src, tag, msg.step, msg.array.nbytes, t_start,
                                           msg.t_arrived, time.perf_counter()))
         return msg.array
@@ -278,6 +317,10 @@ class Communicator(Comm):
 
     def _post(self, dst: int, msg: Message, chunk) -> Request:
         raise NotImplementedError
+
+    def _receiving(self, src: int) -> contextlib.AbstractContextManager:
+        """Held while a recv from `src` waits (the gRPC communicator: its Link's `receiving`)."""
+        return contextlib.nullcontext()
 
     def _pump(self, src: int):
         """How a recv from `src` waits: None (until another thread delivers), or a callable

@@ -54,6 +54,12 @@ class Message:
     signature: Signature | None = None
     step: int = -1
     t_arrived: float = 0.0  # time.perf_counter() when the whole message was in the mailbox
+    synchronous: bool = False  # sent by ssend: the receiver's recv acknowledges it (comm.base)
+
+
+#: a synchronous send's tag travels with this prefix (every transport carries tags as they are);
+#: the mailbox strips it, and the receiver's recv answers with ACKNOWLEDGED + tag
+SYNCHRONOUS, ACKNOWLEDGED = "\x00ssend\x00", "\x00taken\x00"
 
 
 class Mailbox:
@@ -75,6 +81,8 @@ class Mailbox:
             if msg.epoch < self._epoch:
                 return  # a late message from an abandoned run: never mistaken for a new one
             msg.t_arrived = perf_counter()
+            if msg.tag.startswith(SYNCHRONOUS):
+                msg.tag, msg.synchronous = msg.tag[len(SYNCHRONOUS):], True
             self._queues[(msg.src, msg.epoch, msg.collective_id, msg.tag)].append(msg)
             if msg.signature is not None:
                 self._signatures[(msg.epoch, msg.collective_id)].setdefault(msg.src, msg.signature)

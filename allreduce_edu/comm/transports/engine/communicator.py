@@ -88,6 +88,12 @@ class EngineCommunicator(Communicator):
         return EngineRequest(self, dst, msg.tag, array.nbytes, msg.step, chunk, handles,
                              (header, array))
 
+    def issend(self, dst: int, array, tag: str, *, step: int = -1, chunk=None) -> Request:
+        """Not on an engine: its receiver would not send the receipt back."""
+        raise NotImplementedError(f"rank {self.rank}: ssend runs on this package's transports "
+                                  f"(threads, gRPC, shm), not on {self.engine}; gloo's send "
+                                  f"always waits for the receiver (MPI: MPI_Ssend)")
+
     def recv(self, src: int, tag: str, timeout: float | None = None) -> np.ndarray:
         """The next array `src` sent with `tag`: the header first, then the bytes it announces."""
         if src == self.rank:
