@@ -94,9 +94,9 @@ def test_ceiling_rejects_non_numbers():
 
 def test_nogil_answer():
     assert check_nogil_answer("a")
-    assert "mailbox runs Python" in check_nogil_answer("b").message
-    assert "cores do not help" in check_nogil_answer("c").message
-    assert "late, not gone" in check_nogil_answer("d").message
+    assert "inside one Python interpreter" in check_nogil_answer("b").message
+    assert "side by side" in check_nogil_answer("c").message
+    assert "nothing is lost" in check_nogil_answer("d").message
     assert "'a', 'b', 'c' or 'd'" in check_nogil_answer("x").message
 
 
