@@ -1,17 +1,23 @@
 """Lesson 14 · the fused kernel on a GPU: `check_tree_sum` runs your block tree reduction on one
 block, one thread at a time between barriers, records every thread's partial sum after each
-`syncthreads()`, and names the first thread and step that hold the wrong one; then it runs your
-function inside a real kernel (on the simulator, or the GPU).
+`syncthreads()`, and names the first thread and step that hold the wrong one; it also records
+which thread reads and writes which shared-memory slot between two barriers, and names a slot
+that one thread writes while another reads it with no barrier between (a race, whatever order the
+threads happen to run in); then it runs your function inside a real kernel (on the simulator, or
+the GPU).
 
 Why in lockstep and not only on the simulator: the simulator runs threads as Python threads, so a
 missing `syncthreads()` gives a wrong sum only when the threads happen to interleave badly. Here
 the threads of a step run in ascending order, each until its next barrier: a thread always runs
-before the higher thread whose partial it reads, so every missing barrier is a stale read, every
-time.
+before the higher thread whose partial it reads, so a missing barrier inside the tree is a stale
+read, every time. A barrier missing after the last step is not: thread 0 writes the sum, and the
+other threads read it only after your function returns (block_sum's broadcast, which this
+checker's caller does too) — the record of reads and writes catches that one.
 """
 
 from __future__ import annotations
 
+import operator
 import sys
 import threading
 import time
@@ -47,7 +53,10 @@ class _Block:
         self.turn, self.state = 0, ["run"] * threads
         self.snapshots = [shared.copy()]  # shared memory before the tree, then after each barrier
         self.barriers, self.problem = [0] * threads, ""
+        self.phase = 0  # barriers the whole block has passed: slots touched between two of them
+        self.accesses: list[tuple[int, int, int, str]] = []  # (phase, thread, slot, "read"/...)
         self._cond, self._me = threading.Condition(), threading.local()
+        self.view = _Shared(self)  # what your function gets as `shared`: reads and writes noted
         self.api = types.SimpleNamespace(  # what `cuda.` means inside your function, here
             syncthreads=self.syncthreads,
             threadIdx=_Index(self._me), blockDim=types.SimpleNamespace(x=threads))
@@ -97,7 +106,8 @@ class _Block:
             self._cond.wait_for(lambda: self.turn in (t, -1))
         try:
             if self.turn != -1:
-                fn(self.shared)
+                fn(self.view)
+                self.view.read_by_caller(0)  # the caller's broadcast: every thread reads the sum
         except _Abort:
             return
         except Exception as e:  # noqa: BLE001 - the learner's code: report it, don't crash
@@ -115,6 +125,7 @@ class _Block:
             self.turn = t + 1
         elif all(s == "barrier" for s in self.state):  # everyone waits: the step is over
             self.snapshots.append(self.shared.copy())
+            self.phase += 1
             self.state, self.turn = ["run"] * self.threads, 0
             if len(self.snapshots) > 2 * self.threads.bit_length() + 4:  # far more than log2(T)
                 self.problem = self.problem or (
@@ -130,6 +141,38 @@ class _Block:
                             threads2=_threads(done)))
             self.turn = -1
         self._cond.notify_all()
+
+
+class _Shared:
+    """Shared memory as your function sees it in lockstep: the block's array, each read and write
+    noted with the thread and the barriers passed so far."""
+
+    def __init__(self, block: _Block):
+        self._block = block
+
+    def _note(self, index, kind: str) -> None:
+        b = self._block
+        slots = range(len(b.shared))[index] if isinstance(index, slice) else \
+            [range(len(b.shared))[operator.index(index)]]  # IndexError as NumPy's, out of range
+        b.accesses += [(b.phase, b._me.t, slot, kind) for slot in slots]
+
+    def __getitem__(self, index):
+        value = self._block.shared[index]
+        self._note(index, "read")
+        return value
+
+    def __setitem__(self, index, value) -> None:
+        self._block.shared[index] = value
+        self._note(index, "write")
+
+    def read_by_caller(self, slot: int) -> None:
+        self._note(slot, "caller")
+
+    def __len__(self) -> int:
+        return len(self._block.shared)
+
+    def __getattr__(self, name):  # shape, dtype, size: the array's
+        return getattr(self._block.shared, name)
 
 
 class _Index:
@@ -172,6 +215,29 @@ def _who(value: float, threads: int) -> str:
     return "{" + ", ".join(str(t) for t in range(threads) if bits >> t & 1) + "}"
 
 
+def _race(block: _Block) -> str:
+    """The first slot that one thread writes and another reads (or writes) between the same two
+    barriers, as a sentence ("" if none): nothing orders those two on a GPU."""
+    touched: dict[tuple[int, int], list[tuple[int, str]]] = {}
+    for phase, t, slot, kind in block.accesses:
+        touched.setdefault((phase, slot), []).append((t, kind))
+    for (phase, slot), uses in sorted(touched.items()):
+        writers = sorted({t for t, kind in uses if kind == "write"})
+        others = sorted({t for t, kind in uses if t != writers[0]}) if writers else []
+        if not others:
+            continue
+        w, t = writers[0], others[0]
+        kind = next(k for u, k in uses if u == t)
+        after = (message(__name__, "14.1", "before-first-barrier") if phase == 0 else
+                 message(__name__, "14.1", "after-last-barrier") if phase == max(block.barriers)
+                 else message(__name__, "14.1", "after-barrier", k=phase))
+        if kind == "caller":
+            return message(__name__, "14.1", "sum-read-before-written", threads=block.threads,
+                           after=after, w=w, slot=slot, t=t, readers=_threads(others))
+        return message(__name__, "14.1", "slot-race", threads=block.threads, after=after, w=w,
+                       slot=slot, t=t, does="writes" if kind == "write" else "reads")
+
+
 def _problem(tree_sum, threads: int) -> str:
     """What is wrong with tree_sum on a block of `threads` ("" if nothing)."""
     block = run_in_lockstep(tree_sum, threads)
@@ -181,7 +247,7 @@ def _problem(tree_sum, threads: int) -> str:
            if i == 0 or s.tolist() != block.snapshots[i - 1].tolist()]  # extra barriers: no step
     want = gpu.block.partials(2.0 ** np.arange(threads))
     if len(got) == len(want) and all((g == w).all() for g, w in zip(got, want, strict=True)):
-        return ""
+        return _race(block)
     interleaved = gpu.block.partials(2.0 ** np.arange(threads), "interleaved")
     if len(got) == len(interleaved) and all((g == w).all()
                                             for g, w in zip(got, interleaved, strict=True)):

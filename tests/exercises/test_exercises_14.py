@@ -1,6 +1,7 @@
 """Lesson 14's checker: the right tree passes; a missing syncthreads, a stride that skips threads,
-a barrier inside the `if`, the interleaved order, an index out of range and a loop that ends
-early each fail, naming the thread and the step."""
+a barrier inside the `if`, the interleaved order, an index out of range, a loop that ends early and
+a barrier before each step instead of after it (the last step's sum read unordered) each fail,
+naming the thread, the step and the slot."""
 
 from __future__ import annotations
 
@@ -82,9 +83,32 @@ def every_thread_adds(shared):
 def syncthreads_before_each_step(shared):
     t, s = cuda.threadIdx.x, cuda.blockDim.x // 2
     while s > 0:
-        cuda.syncthreads()  # also right: the harness's barrier covers the first step
+        cuda.syncthreads()  # the partials are right in lockstep, but nothing orders the last
+        if t < s:           # step's write of shared[0] before the other threads read the sum
+            shared[t] += shared[t + s]
+        s //= 2
+
+
+@cuda.jit(device=True)
+def syncthreads_after_each_step_and_before(shared):
+    t, s = cuda.threadIdx.x, cuda.blockDim.x // 2
+    while s > 0:
+        cuda.syncthreads()  # one barrier too many (the caller's covers the first step): right
         if t < s:
             shared[t] += shared[t + s]
+        cuda.syncthreads()
+        s //= 2
+
+
+@cuda.jit(device=True)
+def peeks_at_a_neighbour(shared):
+    t, s = cuda.threadIdx.x, cuda.blockDim.x // 2
+    while s > 0:
+        if t < s:
+            shared[t] += shared[t + s]
+        elif t == s:
+            print(shared[t - 1])  # reads slot s - 1 while thread s - 1 writes it: a race
+        cuda.syncthreads()
         s //= 2
 
 
@@ -97,7 +121,7 @@ def tree_sum(shared):
 def test_the_solution_passes():
     feedback = check_tree_sum.demo(reference("14.1"))
     assert feedback.passed, feedback
-    assert check_tree_sum.demo(syncthreads_before_each_step).passed
+    assert check_tree_sum.demo(syncthreads_after_each_step_and_before).passed
 
 
 def test_the_scaffold_is_not_attempted():
@@ -113,6 +137,11 @@ def test_the_scaffold_is_not_attempted():
                                  "outside the `if`"]),
     (interleaved, ["interleaved tree", "blockDim.x // 2"]),
     (every_thread_adds, ["thread 4 raised IndexError"]),
+    (syncthreads_before_each_step, ["with 8 threads, after your last syncthreads() thread 0",
+                                    "writes shared[0]", "threads 1..7 read the sum",
+                                    "thread 1 can read a stale partial"]),
+    (peeks_at_a_neighbour, ["before your first syncthreads() thread 3 writes shared[3]",
+                            "thread 4 reads it"]),
 ])
 def test_typical_mistakes_name_the_thread_and_step(wrong, says):
     feedback = check_tree_sum.demo(wrong)
@@ -133,6 +162,18 @@ def test_lockstep_records_every_barrier_and_is_deterministic():
     block = run_in_lockstep(reference("14.1"), 8)
     assert block.barriers == [3] * 8 and len(block.snapshots) == 4
     assert block.snapshots[-1][0] == 255
+
+
+def test_a_race_is_named_every_run_whatever_the_lockstep_order_shows():
+    """The barrier before each step gives the right partials in lockstep (thread 0's last step
+    runs before the others return), so only the record of reads and writes sees the race."""
+    for _ in range(3):
+        block = run_in_lockstep(syncthreads_before_each_step, 8)
+        assert block.snapshots[-1][0] == 255 and not block.problem
+        last = max(block.barriers)
+        assert (last, 0, 0, "write") in block.accesses
+        assert {(last, t, 0, "caller") for t in range(1, 8)} <= set(block.accesses)
+    assert "stale partial" in check_tree_sum.demo(syncthreads_before_each_step).message
 
 
 def test_the_solution_sums_in_a_kernel():
