@@ -8,8 +8,6 @@ float64 reference.
 
 from __future__ import annotations
 
-import math
-
 from .. import kernels
 from ..collectives.ring import all_gather_ring, reduce_scatter_ring
 from ..runtime import Cluster, ship
@@ -57,40 +55,42 @@ def check_fused(fn, world_sizes=(3, 4), shapes=((10, 16), (2, 8), (13, 24)), tim
                           shape=shape, s=s, rows=rows, bytes=sum(sent.values())))
 
 
-number("07.2", module=__name__, blanks=(Blank("my_bytes", key="4 * (1 << 20)"),),
-       inputs={"world_size": 12, "nbytes": 1 << 20}, unit="bytes", exact=True,
-       answer=lambda d: (d.world_size - 1).bit_length() * d.nbytes,
-       slips=lambda d: _root_slips(d.world_size, d.nbytes),
-       otherwise=lambda d, name, got: (
-        message(__name__, "07.2", "broadcast-from-rank",
-                bit_length=(d.world_size - 1).bit_length())),
-       success=lambda d: _root_success(d.world_size, d.nbytes))
+def root_sends(world_size: int, rank: int) -> tuple[int, int]:
+    """(reduce, broadcast): the messages `rank` sends in the root variant, each the whole tensor
+    (collectives/tree.py's binomial trees, rooted at rank 0)."""
+    forwards = sum(rank < 1 << s and rank + (1 << s) < world_size
+                   for s in range((world_size - 1).bit_length()))
+    return int(rank != 0), forwards
 
 
-def _root_slips(n: int, s: int) -> list:
-    steps, below = (n - 1).bit_length(), n.bit_length() - 1
-    slips = [
+number("07.2", module=__name__, blanks=(Blank("my_bytes", key="3 * (1 << 20)"),),
+       inputs={"world_size": 12, "nbytes": 1 << 20, "rank": 2}, unit="bytes", exact=True,
+       answer=lambda d: sum(root_sends(d.world_size, d.rank)) * d.nbytes,
+       slips=lambda d: _root_slips(d.world_size, d.nbytes, d.rank),
+       otherwise=lambda d, name, got: message(__name__, "07.2", "count-sends", rank=d.rank),
+       success=lambda d: _root_success(d.world_size, d.nbytes, d.rank))
+
+
+def _root_slips(n: int, s: int, rank: int) -> list:  # {rank}: the exercise's input
+    reduce, forwards = root_sends(n, rank)
+    sends = reduce + forwards
+    return [
         Slip(2 * (n - 1) / n * s, "every-rank-sends"),
-        Slip((n - 1) * s, "naive-broadcast-rank"),
         Slip(2 * (n - 1) * s, "all-ranks-send"),
-        Slip(2 * steps * s, "rank-0-root"),
-        Slip(s, "rank-0-sends"),
-        Slip(steps, "number-broadcast-steps"),
-        Slip(steps * 1e6, "mib"),
-        Slip(steps * s * 8, "bits"),
+        Slip((n - 1).bit_length() * s, "rank-0-count"),
+        Slip(forwards * s, "broadcast-only"),
+        Slip(reduce * s, "reduce-only"),
+        Slip(sends, "counts-messages"),
+        Slip(sends * 1e6, "mib"),
+        Slip(sends * s * 8, "bits"),
     ]
-    if below != steps:
-        slips += [Slip(below * s, "after-below-steps", values={"below": below, "ranks": 1 << below,
-                                                               "still": n - (1 << below),
-                                                               "steps": steps}),
-                  Slip(math.log2(n) * s, "log2-n-whole", values={"n": n, "steps": steps})]
-    return slips
 
 
-def _root_success(n: int, s: int) -> str:
-    steps = (n - 1).bit_length()
-    return (message(__name__, "07.2", "success", bytes=steps * s, n=n, steps=steps, s=s,
-                    per=2 * (n - 1) / n * s, ring_steps=2 * (n - 1), tree_steps=2 * steps))
+def _root_success(n: int, s: int, rank: int) -> str:
+    reduce, forwards = root_sends(n, rank)
+    return message(__name__, "07.2", "success", bytes=(reduce + forwards) * s,
+                   sends=reduce + forwards, rank=rank, forwards=forwards, n=n,
+                   root=(n - 1).bit_length() * s, per=2 * (n - 1) / n * s)
 
 
 choice("07.3", module=__name__)

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
+from allreduce_edu import Cluster
+from allreduce_edu.collectives.fused import reduce_layernorm_broadcast
 from allreduce_edu.collectives.ring import all_gather_ring, reduce_scatter_ring
 from allreduce_edu.exercises import reference, registry
 from allreduce_edu.exercises.lesson07 import (
     check_fused,
     check_fusion_answer,
     check_root_bytes,
+    root_sends,
 )
 from allreduce_edu.kernels import cpu as kernels
 
@@ -207,22 +208,28 @@ def test_kernels_are_restored_after_a_check():
     assert (kernels.layernorm, kernels.add_layernorm, kernels.rmsnorm, kernels.sum_layernorm) == originals
 
 
-@pytest.mark.parametrize("answer, hint", [(2 * 11 / 12 * 2**20, "ring"), (11 * 2**20, "naive broadcast"),
-                                          (22 * 2**20, "all ranks send together"), (8 * 2**20, "only receives"),
-                                          (2**20, "every broadcast step"), (4, "multiply by S"),
-                                          (4e6, "not 10^6"), (32 * 2**20, "not bits"), (5, "not it"),
-                                          ("lots", "number of bytes"),
-                                          (3 * 2**20, "4 still wait"),  # ⌊log2 12⌋: forgot to round up
-                                          (math.log2(12) * 2**20, "round up")])
+@pytest.mark.parametrize("answer, hint", [(2 * 11 / 12 * 2**20, "ring"), (22 * 2**20, "all ranks send together"),
+                                          (4 * 2**20, "rank 0's count"), (2 * 2**20, "broadcast only"),
+                                          (2**20, "reduce only"), (3, "multiply by S"),
+                                          (3e6, "not 10^6"), (24 * 2**20, "not bits"), (5, "not it"),
+                                          ("lots", "number of bytes")])
 def test_root_bytes(answer, hint):
-    assert check_root_bytes(4 * 2**20)
+    assert check_root_bytes(3 * 2**20)
     feedback = check_root_bytes(answer)
     assert not feedback and hint in feedback.message, feedback
 
 
-def test_root_bytes_on_a_power_of_two_has_no_rounding_hint():
-    assert check_root_bytes(3 * 2**20, world_size=8)
-    assert "multiply by S" in check_root_bytes(3, world_size=8).message
+def test_root_bytes_are_what_the_root_variant_sends():
+    """root_sends walks the same binomial trees the library's root variant runs (every rank, N = 12)."""
+    def sends(comm):
+        reduce_layernorm_broadcast(comm, np.ones((3, 8), np.float32), variant="root")
+
+    with Cluster(12, transport="local") as cluster:
+        cluster.run(sends)
+        counted = cluster.trace.messages_sent()
+    assert [counted.get(r, 0) for r in range(12)] == [sum(root_sends(12, r)) for r in range(12)]
+    assert check_root_bytes(2 * 2**20, world_size=8)  # rank 2 of 8: its partial sum, then to rank 6
+    assert check_root_bytes(4 * 2**20, world_size=12, rank=1)  # rank 1 sends as much as rank 0
 
 
 def test_fusion_answer():
@@ -244,7 +251,7 @@ def test_solutions_are_registered_and_the_fused_solution_runs():
     for exercise, kind in (("07.1", "code"), ("07.2", "number"), ("07.3", "choice")):
         ex = registry.get(exercise)
         assert ex.kind == kind and ex.solution and len(ex.hints) >= (2 if kind == "code" else 1)
-    assert "4194304" in registry.get("07.2").solution and registry.get("07.3").solution.startswith("b")
+    assert "3145728" in registry.get("07.2").solution and registry.get("07.3").solution.startswith("b")
     fn = reference("07.1")
     assert fn.__name__ == "my_fused"
     assert check_fused(fn, world_sizes=(4,), transport="local")
