@@ -23,9 +23,10 @@ from .registry import exercise, hint, learner_or_reference, solution  # noqa: F4
 from .spec import Blank, Slip, choice, number
 from .texts import message
 
-# the checker's world: 3 ranks (odd), tensors of 480, 80, 800, 80, 160, 16 bytes (one < world_size
-# elements); the scaffold's 700-byte cap makes 3 buckets: [W0 b0], [W1] alone, [b1 W2 b2]
-_SIZES, _WORLD, _BATCH, _STEPS, _LR, _CAP = (6, 10, 10, 2), 3, 48, 4, 0.2, 700
+# the checker's worlds: 3 ranks (odd), then 4 (a world size written as a number fails one of
+# them); tensors of 480, 80, 800, 80, 160, 16 bytes (one < world_size elements); the scaffold's
+# 700-byte cap makes 3 buckets: [W0 b0], [W1] alone, [b1 W2 b2]
+_SIZES, _WORLDS, _BATCH, _STEPS, _LR, _CAP = (6, 10, 10, 2), (3, 4), 48, 4, 0.2, 700
 
 
 def _train_with(comm, fn, params, X, y, steps, lr, batch):
@@ -74,32 +75,50 @@ def _raised_hint(e: BaseException) -> str:
           function="average_gradients")
 def check_average_gradients(fn) -> Feedback:
     """Exercise 08.1: `fn(comm, grads)` returns every gradient averaged over the ranks, one
-    all-reduce per bucket of at most 700 bytes; a few SGD steps on 3 gRPC ranks."""
+    all-reduce per bucket of at most 700 bytes; a few SGD steps on 3, then 4 gRPC ranks (so a
+    world size written into the function as a number fails on one of them)."""
+    sends = {}
+    for n in _WORLDS:
+        problem, sends[n] = _world_problem(fn, n)
+        if problem is not None:
+            return problem
+    n = _WORLDS[0]
+    return passed(message(__name__, "08.1", "steps-sgd-steps", STEPS=_STEPS,
+                          listed=" and then ".join(map(str, _WORLDS)), n=n,
+                          messages=sends[n] // _STEPS,
+                          buckets=sends[n] // _STEPS // (2 * (n - 1)), count=len(_params()),
+                          unbucketed=len(_params()) * 2 * (n - 1)))
+
+
+def _params() -> list:
+    """The checker's model parameters (the same every run)."""
+    return MLP(_SIZES, seed=1).params
+
+
+def _world_problem(fn, n: int) -> tuple[Feedback | None, int]:
+    """(a failure on n gRPC ranks or None, the messages rank 0 sent)."""
     X, y = make_dataset(n=96, features=_SIZES[0], classes=_SIZES[-1], seed=1)
-    params = MLP(_SIZES, seed=1).params
-    with Cluster(_WORLD, timeout=5) as cluster:
+    params = _params()
+    with Cluster(n, timeout=5) as cluster:
         results, failure = run_on_ranks(cluster, _train_with, fn, params, X, y, _STEPS, _LR, _BATCH)
         if failure:
             e, text = failure.error, str(failure.error).split("\n")[0][:300].rstrip(".")
-            return failed(f"your function raised {type(e).__name__}: {text}"
-                          f"{'' if text.endswith('?') else '.'}{_raised_hint(e)}")
+            return failed(f"with {n} ranks, your function raised {type(e).__name__}: {text}"
+                          f"{'' if text.endswith('?') else '.'}{_raised_hint(e)}"), 0
         sends = cluster.trace.messages_sent().get(0, 0)
-    n, idx = _WORLD, global_batch(0, len(y), _BATCH)
+    idx = global_batch(0, len(y), _BATCH)
     full = loss_and_grads(params, X[idx], y[idx])[1]  # the full-batch gradient: every rank's goal
     for rank, ((mine, averaged), _) in enumerate(results):
         problem = _step0_problem(rank, mine, averaged, full, n)
         if problem:
-            return failed(problem)
+            return failed(f"with {n} ranks: {problem}"), sends
     _, reference = train_single(params, X, y, steps=_STEPS, lr=_LR, batch=_BATCH)
     for rank, (_, final) in enumerate(results):
         if final is None or any(not np.allclose(a, b, rtol=1e-9, atol=1e-12)
                                 for a, b in zip(final, reference, strict=True)):
-            return failed(message(__name__, "08.1", "step-0-was", STEPS=_STEPS, rank=rank))
-    problem = _bucket_problem(sends, [p.nbytes for p in params], n)
-    return problem if problem is not None else passed(
-        message(__name__, "08.1", "steps-sgd-steps", STEPS=_STEPS, n=n, messages=sends // _STEPS,
-                buckets=sends // _STEPS // (2 * (n - 1)), count=len(params),
-                unbucketed=len(params) * 2 * (n - 1)))
+            return failed(f"with {n} ranks: " + message(__name__, "08.1", "step-0-was",
+                                                         STEPS=_STEPS, rank=rank)), sends
+    return _bucket_problem(sends, [p.nbytes for p in params], n), sends
 
 
 def _bucket_problem(sends: int, nbytes: list, n: int) -> Feedback | None:
@@ -145,6 +164,9 @@ def _step0_problem(rank: int, mine, averaged, full, n: int) -> str | None:
             return (message(__name__, "08.1", "where-n-full", where=where, n=n))
         if abs(s - 1 / n) < 1e-6:
             return (message(__name__, "08.1", "where-1-n", where=where, n=n))
+        k = n / s if s > 0 else 0.0  # the sum divided by k: by a number other than world_size?
+        if round(k) != n and round(k) >= 1 and abs(k - round(k)) < 1e-6:
+            return message(__name__, "08.1", "where-divided-by", where=where, k=round(k), n=n)
         if np.allclose(got, np.floor(want), atol=1e-9) and not np.allclose(want, np.floor(want)):
             return message(__name__, "08.1", "where-rounded-down", where=where)
         return (message(__name__, "08.1", "where-differs-from", where=where,

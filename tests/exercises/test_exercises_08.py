@@ -236,3 +236,28 @@ def test_the_key_cells_pass(exercise):
     namespace = {}
     exec("\n".join([*body, f"result = {last}"]), namespace)  # noqa: S102 - our own key
     assert namespace["result"], namespace["result"]
+
+
+def _divides_by_three(comm, grads, bucket_bytes=700):
+    """The solution with the world size written as the number the checker used to run with."""
+    from allreduce_edu import allreduce
+    from allreduce_edu.training.data_parallel import bucket_layout
+
+    out = [None] * len(grads)
+    for group in bucket_layout([g.nbytes for g in grads], bucket_bytes):
+        flat = allreduce(comm, np.concatenate([grads[i].reshape(-1) for i in group])) / 3
+        at = 0
+        for i in group:
+            out[i] = flat[at:at + grads[i].size].reshape(grads[i].shape)
+            at += grads[i].size
+    return out
+
+
+@pytest.mark.processes
+def test_a_world_size_written_as_a_number_is_refused():
+    """The checker runs on 3, then 4 ranks: `/ 3` passes the first and is named on the second."""
+    feedback = check_average_gradients(_divides_by_three)
+    assert feedback.status == "failed", feedback
+    assert "with 4 ranks: rank 0, gradient 0" in feedback.message
+    assert "the sum divided by 3, but this run has 4 ranks" in feedback.message
+    assert "comm.world_size" in feedback.message
