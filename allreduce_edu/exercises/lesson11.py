@@ -133,8 +133,27 @@ def _traffic_problem(sent: dict, length: int, n: int, rank: int, step: int) -> s
           after=('from allreduce_edu.training.sharded.adam import adam',))
 def check_zero1_step(fn, world_size: int = 4, length: int = 80, steps: int = 3, lr: float = 1e-2,
                      timeout: float = 20.0, transport: str = "grpc") -> Feedback:
-    """Exercise 11.1: `fn(comm, weights, grad, m, v, step, lr)` is one ZeRO-1 step (Adam)."""
-    n, size = world_size, length // world_size
+    """Exercise 11.1: `fn(comm, weights, grad, m, v, step, lr)` is one ZeRO-1 step (Adam); run on
+    `world_size` ranks, then on another N with shards of the same size (so a world size written
+    into the function as a number fails)."""
+    problem = _zero1_problem(fn, world_size, length, steps, lr, timeout, transport)
+    if problem:
+        return failed(problem)
+    other, size = (3 if world_size != 3 else 4), length // world_size
+    problem = _zero1_problem(fn, other, size * other, steps, lr, timeout, transport)
+    if problem:
+        return failed(message(__name__, "11.1", "on-another-n", n=world_size, other=other,
+                              problem=problem))
+    n, u = world_size, (world_size - 1) * length * 4 // world_size
+    where = {"grpc": "gRPC", "local": "thread", "shm": "shared-memory"}.get(transport, transport)
+    return passed(message(__name__, "11.1", "zero-1-on", n=n, where=where, steps=steps, size=size,
+                          length=length, bytes=2 * u, u=u, other=other))
+
+
+def _zero1_problem(fn, n: int, length: int, steps: int, lr: float, timeout: float,
+                   transport: str) -> str | None:
+    """What is wrong with fn's ZeRO-1 steps on n ranks (None: nothing)."""
+    size = length // n
     rng = np.random.default_rng(11)  # the start, the same on every rank; grads[step, rank]
     start = rng.standard_normal(length).astype(np.float32)
     grads = (0.1 * rng.standard_normal((steps, n, length))).astype(np.float32)
@@ -142,33 +161,28 @@ def check_zero1_step(fn, world_size: int = 4, length: int = 80, steps: int = 3, 
     with Cluster(n, transport, timeout=timeout) as cluster:
         reports, failure = run_on_ranks(cluster, _zero1_on_rank, blob, start, grads, lr)
         if failure:
-            return failed(_raised(failure))
+            return _raised(failure)
     states = _reference(start, grads, lr)
     for step in range(1, steps + 1):
         for rank, report in enumerate(reports):
             got = report["returned"][step - 1]
             if isinstance(got, str):
-                return failed(got)
+                return got
             for j in range(n):
                 cut = slice(j * size, (j + 1) * size)
                 if not np.allclose(got[cut], states[step][0][cut], rtol=1e-5, atol=1e-6):
                     why = _shard_problem(got, j, size, states, grads, step, lr)
-                    return failed(message(__name__, "11.1", "shard-differs", rank=rank, j=j,
-                                          start=cut.start,
-                                          differs=cut.stop - 1,
-                                          step=step, why=why))
+                    return message(__name__, "11.1", "shard-differs", rank=rank, j=j,
+                                   start=cut.start, differs=cut.stop - 1, step=step, why=why)
     dtypes = {report["returned"][0].dtype.name for report in reports} - {"float32"}
     if dtypes:
-        return failed(message(__name__, "11.1", "wrong-dtype", listed=', '.join(dtypes)))
+        return message(__name__, "11.1", "wrong-dtype", listed=', '.join(dtypes))
     for rank, report in enumerate(reports):
         for step, sent in enumerate(report["sent"], start=1):
             problem = _traffic_problem(sent, length, n, rank, step)
             if problem:
-                return failed(problem)
-    u = (n - 1) * length * 4 // n
-    where = {"grpc": "gRPC", "local": "thread", "shm": "shared-memory"}.get(transport, transport)
-    return passed(message(__name__, "11.1", "zero-1-on", n=n, where=where, steps=steps, size=size,
-                          length=length, bytes=2 * u, u=u))
+                return problem
+    return None
 
 
 number("11.2", module=__name__,

@@ -200,3 +200,21 @@ def test_zero_formula_gives_the_papers_numbers():
     for stage in STAGES:
         total = sum(zero_formula(stage, 7.5e9, 64, "mixed").values()) / 1e9
         assert abs(total - paper[stage]) <= 0.05, (stage, total)
+
+
+def four_ranks_written_as_a_number(comm, weights, grad, m, v, step, lr):
+    """The solution with N written as the 4 the checker's first run uses."""
+    n, r = 4, comm.rank
+    size = len(weights) // n
+    g = reduce_scatter(comm, grad)
+    mine = weights[r * size:(r + 1) * size].copy()
+    adam(mine, g, m, v, step, lr)
+    return all_gather(comm, mine)
+
+
+def test_a_world_size_written_as_a_number_is_refused():
+    """The first run (4 ranks) cannot tell `n = 4` from comm.world_size; the second (3) does."""
+    feedback = check_zero1_step(four_ranks_written_as_a_number, **QUICK)
+    assert not feedback and feedback.status == "failed", feedback
+    assert "right on 4 ranks, but the checker also runs your step on 3 ranks" in feedback.message
+    assert "comm.world_size" in feedback.message
