@@ -174,48 +174,72 @@ def _step0_problem(rank: int, mine, averaged, full, n: int) -> str | None:
     return None
 
 
-def messages_per_step(tensors: int, world_size: int, bucket_bytes: int | None) -> int:
-    """Messages rank 0 sends in one step's gradient all-reduces, counted in a real (local) trace."""
-    grads = [np.ones(3) for _ in range(tensors)]  # tiny tensors: one bucket holds them all
+def messages_per_step(sizes: tuple, cap: int, world_size: int) -> int:
+    """Messages rank 0 sends in one step's bucketed all-reduces, counted in a real (local) trace:
+    one float64 gradient of 128·s elements (s KiB) per tensor of s MiB and a cap of `cap` KiB,
+    the same buckets at 1/1024 of the bytes."""
+    grads = [np.ones(128 * s) for s in sizes]
     with Cluster(world_size, transport="local") as cluster:
-        cluster.run(allreduce_gradients, grads, bucket_bytes)
+        cluster.run(allreduce_gradients, grads, cap << 10)
         return cluster.trace.messages_sent().get(0, 0)
 
 
 number("08.2", module=__name__,
-       blanks=(Blank("my_per_tensor", key="10 * 2 * (8 - 1)"),
-               Blank("my_one_bucket", key="2 * (8 - 1)")),
-       inputs={"tensors": 10, "world_size": 8}, call="tensors=10, world_size=8", unit="messages",
-       exact=True,
-       answer=lambda d: {"per_tensor": d.tensors * 2 * (d.world_size - 1),
-                      "one_bucket": 2 * (d.world_size - 1)},
-       slips=lambda d: _message_slips(d.tensors, d.world_size),
-       otherwise=lambda d, name, got: (
-        message(__name__, "08.2", "count-messages-one", world_size=d.world_size, tensors=d.tensors)
-        if name == "per_tensor" else
-        message(__name__, "08.2", "bucket-one-ring", world_size=d.world_size)),
-       success=lambda d: _message_success(d.tensors, d.world_size))
+       setup="sizes, cap = (3, 2, 3, 2, 3, 2, 1, 1, 6, 1), 4   # MiB, in bucketing's order",
+       blanks=(Blank("my_on_8_ranks", key="8 * 2 * (8 - 1)"),
+               Blank("my_on_16_ranks", key="8 * 2 * (16 - 1)")),
+       inputs={"sizes": (3, 2, 3, 2, 3, 2, 1, 1, 6, 1), "cap": 4, "world_sizes": (8, 16)},
+       call="sizes, cap", unit="messages", exact=True,
+       answer=lambda d: {f"on_{n}_ranks": _buckets(d.sizes, d.cap) * 2 * (n - 1)
+                         for n in d.world_sizes},
+       slips=lambda d: _message_slips(d.sizes, d.cap, d.world_sizes),
+       otherwise=lambda d, name, got: message(__name__, "08.2", "count-messages",
+                                              n=int(name.split("_")[1])),
+       success=lambda d: _message_success(d.sizes, d.cap, d.world_sizes))
 
 
-def _message_slips(t: int, n: int) -> list:
-    return [
-        Slip(t * (n - 1), "counts-one-phase", "per_tensor"),
-        Slip(t * 2 * (n - 1) * n, "counts-every-rank", "per_tensor"),
-        Slip(t * 2 * n, "ring-phase-has",
-             "per_tensor"),
-        Slip(t * n, "ring-phase-has",
-             "per_tensor"),
-        Slip(2 * (n - 1), "one-all-reduce", values={"t": t}, blank="per_tensor"),
-        Slip(t * 2 * (n - 1), "one-bucket-one", "one_bucket"),
-        *[Slip(k, "still-two-phases", "one_bucket") for k in (1, 2, n - 1)],
-    ]
+def _buckets(sizes, cap, rule=bucket_layout) -> int:
+    return len(rule(list(sizes), cap))
 
 
-def _message_success(t: int, n: int) -> str:
-    counted = (messages_per_step(t, n, None), messages_per_step(t, n, 1 << 20))
-    return (message(__name__, "08.2", "success", per_tensor=t * 2 * (n - 1),
-                    one_bucket=2 * (n - 1), n=n, counted=counted[0], counted2=counted[1],
-                    t=t))
+def _closes_past_cap(sizes, cap) -> list:
+    """The misread rule: a tensor joins the open bucket, which closes once it reaches the cap."""
+    buckets, size = [[]], 0
+    for i, s in enumerate(sizes):
+        buckets[-1].append(i)
+        size += s
+        if size >= cap and i < len(sizes) - 1:
+            buckets, size = buckets + [[]], 0
+    return buckets
+
+
+def _message_slips(sizes, cap, world_sizes) -> list:
+    k = _buckets(sizes, cap)
+    slips = []
+    for n in world_sizes:
+        blank, ring = f"on_{n}_ranks", 2 * (n - 1)
+        slips += [
+            Slip(k * (n - 1), "counts-one-phase", blank),
+            Slip(k * ring * n, "counts-every-rank", blank),
+            Slip(k * 2 * n, "ring-phase-has", blank),
+            Slip(len(sizes) * ring, "ignores-cap", blank),
+            Slip(-(-sum(sizes) // cap) * ring, "full-buckets", blank),
+            Slip(_buckets(sizes, cap, _closes_past_cap) * ring, "passes-cap", blank),
+            Slip(k, "counts-buckets", blank),
+        ]
+    slips += [Slip(k * 2 * (min(world_sizes) - 1), "same-buckets-more", f"on_{n}_ranks")
+              for n in world_sizes if n != min(world_sizes)]
+    return slips
+
+
+def _message_success(sizes, cap, world_sizes) -> str:
+    k = _buckets(sizes, cap)
+    n8, n16 = world_sizes
+    return message(__name__, "08.2", "success", on_8_ranks=k * 2 * (n8 - 1),
+                   on_16_ranks=k * 2 * (n16 - 1), buckets=k,
+                   counted=messages_per_step(sizes, cap, n8),
+                   counted2=messages_per_step(sizes, cap, n16),
+                   per8=len(sizes) * 2 * (n8 - 1), per16=len(sizes) * 2 * (n16 - 1))
 
 
 choice("08.3", module=__name__)

@@ -180,19 +180,22 @@ def test_average_gradients_hints(fn, hint):
 
 
 def test_message_prediction():
-    assert check_message_prediction(140, 14)
-    assert check_message_prediction(2 * 5 * 2, 2 * 2, tensors=5, world_size=3)
-    assert check_message_prediction(140.0, 14.0)  # a whole number written as a float is fine
-    assert messages_per_step(10, 8, None) == 140 and messages_per_step(10, 8, 1 << 20) == 14
+    assert check_message_prediction(112, 240)
+    assert check_message_prediction(112.0, 240.0)  # a whole number written as a float is fine
+    # another model, another cap: [2 2] [4] [1 1 1] -> 3 buckets of 2(N-1) messages
+    assert check_message_prediction(42, 90, sizes=(2, 2, 4, 1, 1, 1), cap=4)
+    assert messages_per_step((3, 2, 3, 2, 3, 2, 1, 1, 6, 1), 4, 8) == 112
+    assert messages_per_step((3, 2, 3, 2, 3, 2, 1, 1, 6, 1), 4, 16) == 240
 
 
-@pytest.mark.parametrize("per_tensor, one_bucket, hint", [
-    (70, 14, "one phase"), (1120, 14, "rank 0's alone"), (160, 16, "not N"), (14, 14, "10 all-reduces"),
-    (140, 140, "ONE all-reduce"), (140, 7, "N − 1 reduce-scatter"), (140, 1.5, "whole number"), (99, 14, "multiply"),
-    ("140", 14, "answer with a number"), (140, -14, "positive"),
+@pytest.mark.parametrize("on_8, on_16, hint", [
+    (56, 240, "one phase"), (896, 240, "rank 0's alone"), (128, 240, "not N"), (140, 240, "one all-reduce per tensor"),
+    (84, 240, "6 full buckets"), (70, 240, "pass the cap"), (8, 240, "counts buckets"),
+    (112, 112, "count on 8 ranks"), (112, 120, "one phase"), (112.5, 240, "whole number"), (99, 240, "find the buckets"),
+    ("112", 240, "answer with a number"), (112, -240, "positive"),
 ])
-def test_message_prediction_hints(per_tensor, one_bucket, hint):
-    feedback = check_message_prediction(per_tensor, one_bucket)
+def test_message_prediction_hints(on_8, on_16, hint):
+    feedback = check_message_prediction(on_8, on_16)
     assert not feedback and hint in feedback.message, feedback
 
 
@@ -207,7 +210,7 @@ def test_bucketing_answer():
 def test_the_scaffolds_are_not_attempts():
     for feedback, exercise in ((check_average_gradients(average_gradients), "08.1"),
                                (check_message_prediction(None, None), "08.2"),
-                               (check_message_prediction(140, None), "08.2"),  # half an answer
+                               (check_message_prediction(112, None), "08.2"),  # half an answer
                                (check_bucketing_answer("?"), "08.3")):
         assert not feedback and not feedback.attempted, feedback
         assert f'hint("{exercise}")' in feedback.message
@@ -220,7 +223,7 @@ def test_solutions_exist(capsys):
     for exercise, kind in (("08.1", "code"), ("08.2", "number"), ("08.3", "choice")):
         ex = registry.get(exercise)
         assert ex.kind == kind and ex.solution and len(ex.hints) >= (2 if kind == "code" else 1)
-    assert "140" in registry.get("08.2").solution and registry.get("08.3").solution.startswith("b")
+    assert "112" in registry.get("08.2").solution and registry.get("08.3").solution.startswith("b")
 
 
 @pytest.mark.processes

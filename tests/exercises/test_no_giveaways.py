@@ -234,7 +234,7 @@ def test_the_check_catches_a_printed_answer():
     assert printing("10.2", "a rank copies 16777216 bytes")  # the answer is S: its byte count
     assert not printing("10.2", "16 MiB ring")  # S itself, as the question states it
     assert printing("12.2", "exposed: 73.0 ms") and printing("12.2", "0.073 s")
-    assert printing("08.2", "140 messages") and printing("08.2", "one bucket: 14 messages")
+    assert printing("08.2", "112 messages") and printing("08.2", "on 16 ranks: 240 messages")
     assert not printing("08.2", "cap 1024 B: 14 all-reduces/step")  # 14 of something else
     assert printing("00.1", "[60. 64. 68. 72.]")
 
