@@ -1,6 +1,6 @@
 """Lesson 11 · sharded data parallel: write ZeRO-1's step (run for a few Adam steps on 4 gRPC ranks,
 every shard checked against all-reduce + full Adam, every rank's bytes counted in its trace),
-predict ZeRO-2's memory (memory.zero_formula) and ZeRO-3's bytes per step."""
+predict the fewest ranks ZeRO-2 fits on (memory.zero_formula) and ZeRO-3's bytes per step."""
 
 from __future__ import annotations
 
@@ -186,37 +186,57 @@ def _zero1_problem(fn, n: int, length: int, steps: int, lr: float, timeout: floa
 
 
 number("11.2", module=__name__,
-       setup="psi, N, K = 1.5e9, 8, 12   # parameters, ranks, Adam's bytes per parameter (mixed)",
-       blanks=(Blank("my_bytes", key="2 * psi + (2 + K) * psi / N"),),
-       inputs={"psi": 1.5e9, "world_size": 8}, call="psi, N", unit="bytes",
-       answer=lambda d: sum(zero_formula("zero2", d.psi, d.world_size, "mixed").values()),
-       slips=lambda d: _zero2_slips(d.psi, d.world_size),
-       otherwise=lambda d, name, got: (
-        message(__name__, "11.2", "off-by",
-                factor=got / sum(zero_formula('zero2', d.psi, d.world_size, 'mixed').values()))),
-       success=lambda d: _zero2_success(d.psi, d.world_size))
+       setup="import math\n\npsi, K, budget = 7.5e9, 12, 32e9   "
+             "# parameters, Adam's bytes (mixed), bytes per rank",
+       blanks=(Blank("my_ranks", key="math.ceil((2 + K) * psi / (budget - 2 * psi))"),),
+       inputs={"psi": 7.5e9, "budget": 32e9}, call="psi, budget", unit="ranks", exact=True,
+       answer=lambda d: fewest_ranks("zero2", d.psi, d.budget),
+       slips=lambda d: _zero2_slips(d.psi, d.budget),
+       otherwise=lambda d, name, got: _zero2_otherwise(d.psi, d.budget, got),
+       success=lambda d: _zero2_success(d.psi, d.budget))
 
 
-def _gb(x: float) -> str:
-    return f"{x / 1e9:.4g} GB"
+def fewest_ranks(stage: str, psi: float, budget: float, precision: str = "mixed") -> int | None:
+    """The fewest ranks on which `stage`'s model states fit in `budget` bytes per rank (None:
+    none do, as for data parallel, which shards nothing)."""
+    held = lambda n: sum(zero_formula(stage, psi, n, precision).values())  # noqa: E731
+    if held(1 << 20) > budget:
+        return None
+    n = 1
+    while held(n) > budget:
+        n += 1
+    return n
 
 
-def _zero2_slips(psi: float, n: int) -> list:
-    return [Slip(sum(zero_formula("zero2", psi, n, "mixed").values()) / 1e9, "gb"),
-            Slip(4 * psi + 12 * psi / n, "gradients-are-divided"),
-            Slip(4 * psi + 16 * psi / n, "counted-4-byte"),
-            Slip(16 * psi, "data-parallel"),
-            Slip(16 * psi / n, "zero-3"),
-            Slip(14 * psi / n, "left-out-parameters"),
-            Slip(2 * psi + 2 * psi / n + 12 * psi, "optimizer-states-are"),
-            Slip(2 * psi + 10 * psi / n, "k-8-counts")]
+def _zero2_slips(psi: float, budget: float) -> list:
+    ranks = fewest_ranks("zero2", psi, budget)
+    gb = lambda n: sum(zero_formula("zero2", psi, n, "mixed").values()) / 1e9  # noqa: E731
+    slips = [Slip(14 * psi / (budget - 2 * psi), "round-up",
+                  values={"below": ranks - 1, "held": gb(ranks - 1)}),
+             Slip(ranks - 1, "one-rank-short",
+                  values={"below": ranks - 1, "held": gb(ranks - 1), "limit": budget / 1e9}),
+             Slip(fewest_ranks("zero3", psi, budget), "zero-3"),
+             Slip(-(-10 * psi // (budget - 2 * psi)), "k-8-counts")]
+    if budget > 4 * psi:  # ZeRO-1 and 4-byte parameters fit on enough ranks
+        slips += [Slip(fewest_ranks("zero1", psi, budget), "zero-1"),
+                  Slip(-(-16 * psi // (budget - 4 * psi)), "counted-4-byte")]
+    return [s for s in slips if s.value != ranks]
 
 
-def _zero2_success(psi: float, n: int) -> str:
-    want = sum(zero_formula("zero2", psi, n, "mixed").values())
-    return (message(__name__, "11.2", "want-0f-bytes", want=want, gb=_gb(want), gb2=_gb(2 * psi),
-                    n=n, gb3=_gb(16 * psi), gb4=_gb(4 * psi + 12 * psi / n),
-                    gb5=_gb(16 * psi / n)))
+def _zero2_otherwise(psi: float, budget: float, got: float) -> str:
+    if got > fewest_ranks("zero2", psi, budget):
+        return message(__name__, "11.2", "fits-on-fewer", got=got)
+    held = sum(zero_formula("zero2", psi, got, "mixed").values()) / 1e9
+    return message(__name__, "11.2", "too-few", got=got, held=held)
+
+
+def _zero2_success(psi: float, budget: float) -> str:
+    ranks = fewest_ranks("zero2", psi, budget)
+    f = zero_formula("zero2", psi, ranks, "mixed")
+    return message(__name__, "11.2", "success", ranks=ranks, params=2 * psi / 1e9,
+                   rest=14 * psi / 1e9, left=(budget - 2 * psi) / 1e9,
+                   held=sum(f.values()) / 1e9, zero1=fewest_ranks("zero1", psi, budget),
+                   zero3=fewest_ranks("zero3", psi, budget), dp=16 * psi / 1e9)
 
 
 number("11.3", module=__name__,

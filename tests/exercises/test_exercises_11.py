@@ -9,8 +9,9 @@ from allreduce_edu import all_gather, allreduce, reduce_scatter
 from allreduce_edu.exercises import reference
 from allreduce_edu.exercises.lesson11 import (
     check_zero1_step,
-    check_zero2_bytes,
+    check_zero2_ranks,
     check_zero3_traffic,
+    fewest_ranks,
 )
 from allreduce_edu.training.sharded import STAGES, zero_formula
 from allreduce_edu.training.sharded.adam import adam
@@ -155,23 +156,24 @@ PSI, N, K = 1.5e9, 8, 12
 
 
 @pytest.mark.parametrize("answer, words", [
-    (4 * PSI + 12 * PSI / N, "not divided by N"),
-    (4 * PSI + 16 * PSI / N, "4-byte parameters"),
-    (16 * PSI, "data parallel"),
-    (16 * PSI / N, "ZeRO-3"),
-    (14 * PSI / N, "left out the parameters"),
-    (2 * PSI + 2 * PSI / N + 12 * PSI, "optimizer states are sharded too"),
-    (2 * PSI + 10 * PSI / N, "K = 8"),
-    (5.625, "GB"),
-    (1e9, "off by"),
-    ("lots", "a number of bytes"),
+    (6, "one more rank"), (105 / 17, "round up"), (45, "ZeRO-1's count"), (4, "as ZeRO-3 does"),
+    (5, "K = 8"), (60, "4-byte parameters"), (8, "not the fewest"), (3, "50 GB, more than the budget"),
+    (6.5, "whole number"), ("lots", "a number of ranks"),
 ])
-def test_zero2_bytes_checker(answer, words):
-    assert check_zero2_bytes(2 * PSI + (2 + K) * PSI / N, PSI, N)
-    assert check_zero2_bytes(sum(zero_formula("zero2", PSI, N, "mixed").values()), PSI, N)
-    feedback = check_zero2_bytes(answer, PSI, N)
+def test_zero2_ranks_checker(answer, words):
+    assert check_zero2_ranks(7, 7.5e9, 32e9) and check_zero2_ranks(7.0)
+    feedback = check_zero2_ranks(answer)
     assert not feedback and words in feedback.message, feedback
-    assert check_zero2_bytes(None, PSI, N).status == "not attempted"
+    assert check_zero2_ranks(None).status == "not attempted"
+
+
+def test_fewest_ranks_is_the_smallest_that_fits():
+    for psi, budget in ((7.5e9, 32e9), (1.5e9, 4e9), (7.5e9, 16e9)):
+        n = fewest_ranks("zero2", psi, budget)
+        held = [sum(zero_formula("zero2", psi, k, "mixed").values()) for k in (n, n - 1)]
+        assert held[0] <= budget < held[1]
+        assert check_zero2_ranks(n, psi, budget)
+    assert fewest_ranks("dp", 7.5e9, 32e9) is None  # data parallel shards nothing
 
 
 ONE = (N - 1) / N * PSI * 2  # one ring collective over the fp16 model
