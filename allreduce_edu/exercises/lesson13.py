@@ -112,17 +112,39 @@ def no_sync(comm, grad_weight, grad_bias):
 @exercise("13.1", kind="code", function="my_ddp_hook",
           library=("training.pytorch.hook:allreduce_hook",), args=('ring',), gaps=(2, 2))
 def check_ddp_hook(my_ddp_hook, ring=None, world_size: int = 3, steps: int = 3,
-                   cluster=None, deadline: float = 20.0) -> Feedback:
+                   cluster=None, deadline: float = 20.0, also=2) -> Feedback:
     """Exercise 13.1: lesson 13's CNN under DDP on `world_size` gRPC ranks (or `cluster`'s), each
     bucket through your hook and `ring` (the reference ring when None): every bucket's result is
-    the ranks' mean, on every rank, sent through the ring, and the loss is one process's."""
+    the ranks' mean, on every rank, sent through the ring, and the loss is one process's. Then one
+    step on `also` ranks (a number, or a cluster; None: skip), so that a world size written into
+    the hook as a number fails."""
     if not have_torch():
         return Feedback(False, f"this checker {NEEDS_TORCH}", "check failed")
-    from ..training.pytorch.ddp import rendezvous
-    from .lesson13_hook import diagnose, one_process_losses, train_with_hook
     from .registry import reference
 
     ring = reference("03.1") if ring is None else ring
+    first = _hook_problem(my_ddp_hook, ring, world_size, steps, cluster, deadline)
+    if first.problem:
+        return failed(first.problem)
+    if also is not None:
+        other = also if isinstance(also, int) else also.world_size
+        second = _hook_problem(my_ddp_hook, ring, other, 1, None if isinstance(also, int)
+                               else also, deadline)
+        if second.problem:
+            return failed(message(__name__, "13.1", "on-another-n", n=first.world_size,
+                                  other=other, problem=second.problem))
+    return passed(message(__name__, "13.1", "all-buckets-buckets", buckets=first.buckets,
+                          steps=steps, count=first.world_size))
+
+
+def _hook_problem(my_ddp_hook, ring, world_size: int, steps: int, cluster, deadline: float):
+    """The hook on `world_size` new gRPC ranks (or `cluster`'s): .problem ("" if none), .buckets
+    and .world_size."""
+    from types import SimpleNamespace
+
+    from ..training.pytorch.ddp import rendezvous
+    from .lesson13_hook import diagnose, one_process_losses, train_with_hook
+
     args = (rendezvous(), my_ddp_hook, ring, steps, deadline)
     if cluster is None:
         with Cluster(world_size) as ranks:
@@ -132,14 +154,11 @@ def check_ddp_hook(my_ddp_hook, ring=None, world_size: int = 3, steps: int = 3,
     if failure:  # the learner's hook ran on the ranks: report it
         e, on = failure.error, failure.on
         text = str(e).strip().splitlines()[0].removeprefix(f"{on}: ")
-        return failed(message(__name__, "13.1", "my-ddp-hook", on=on, name=type(e).__name__,
-                              text=text))
+        return SimpleNamespace(problem=message(__name__, "13.1", "my-ddp-hook", on=on,
+                                               name=type(e).__name__, text=text))
     wrong = diagnose(per_rank, one_process_losses(steps))
-    if wrong:
-        return failed(f"{wrong} (hint(\"13.1\")).")
-    buckets = len(per_rank[0]["log"])
-    return passed(message(__name__, "13.1", "all-buckets-buckets", buckets=buckets, steps=steps,
-                          count=len(per_rank)))
+    return SimpleNamespace(problem=f"{wrong} (hint(\"13.1\"))." if wrong else "",
+                           buckets=len(per_rank[0]["log"]), world_size=len(per_rank))
 
 
 # --- 13.2 ------------------------------------------------------------------------------------

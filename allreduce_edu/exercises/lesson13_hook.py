@@ -100,6 +100,11 @@ def diagnose(per_rank: list[dict], one: np.ndarray) -> str | None:
                 return (message(LESSON, "13.1", "sum-not-mean", r=r, where=where, n=n))
             if np.allclose(out, mine, rtol=1e-9, atol=1e-12):
                 return (message(LESSON, "13.1", "own-gradients", r=r, where=where))
+            scale = float(np.vdot(out, want) / np.vdot(want, want)) if np.any(want) else 0.0
+            k = n / scale if scale > 0 else 0.0  # the sum divided by k, not by n?
+            if round(k) >= 1 and abs(k - round(k)) < 1e-6 and np.allclose(
+                    out, n * want / round(k), rtol=1e-9, atol=1e-12):
+                return message(LESSON, "13.1", "divided-by", r=r, where=where, k=round(k), n=n)
             return (message(LESSON, "13.1", "not-the-mean", r=r, where=where,
                             max=np.abs(out - want).max()))
     silent = [r for r, run in enumerate(per_rank) if run["bytes_sent"] == 0]

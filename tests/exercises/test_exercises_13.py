@@ -1,6 +1,6 @@
 """Lesson 13's checkers. 13.1: the right DDP hook passes; the sum instead of the mean, the bucket
-unchanged, gloo instead of the ring, no future or a future never completed fail, naming the bucket,
-step and rank. 13.2: the right gradient sync passes; forgetting it, syncing half of it, or
+unchanged, gloo instead of the ring, N written as a number (the checker runs 3, then 2 ranks), no
+future or a future never completed fail, naming the bucket, step and rank. 13.2: the right gradient sync passes; forgetting it, syncing half of it, or
 averaging fails, naming the parameter and the step where the ranks (or one process) disagree."""
 
 from __future__ import annotations
@@ -163,8 +163,30 @@ def my_ddp_hook(state, bucket):
 
 
 def check_hook(fn, **kwargs):
-    """13.1's checker on the session's cluster of 3 (the lesson's starts its own)."""
-    return check_ddp_hook(fn, cluster=cluster_for("grpc", 3), **kwargs)
+    """13.1's checker on the session's clusters of 3, then 2 (the lesson's starts its own)."""
+    return check_ddp_hook(fn, cluster=cluster_for("grpc", 3), also=cluster_for("grpc", 2),
+                          **kwargs)
+
+
+def divides_by_three(state, bucket):
+    """The solution with N written as the 3 of the checker's first run."""
+    import torch
+
+    total = state.ring(state.comm, bucket.buffer().detach().numpy())
+    future = torch.futures.Future()
+    future.set_result(torch.from_numpy(total / 3))
+    return future
+
+
+@pytest.mark.processes
+@needs_torch
+def test_a_world_size_written_as_a_number_is_refused():
+    """3 ranks cannot tell `/ 3` from `/ state.comm.world_size`; the second run, on 2, does."""
+    feedback = check_hook(divides_by_three)
+    assert not feedback and feedback.status == "failed", feedback
+    assert "right on 3 ranks, but the checker also runs one step on 2 ranks" in feedback.message
+    assert "on rank 0, bucket 0 of step 0 came back as the sum divided by 3, but this run has 2 " \
+        "ranks" in feedback.message
 
 
 @pytest.mark.processes
