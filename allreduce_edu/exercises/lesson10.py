@@ -1,9 +1,9 @@
 """Lesson 10 · transports: gRPC and shared memory side by side, the crossover they move, the bytes
-a ring copies, and the names NCCL and MPI give their transports.
+a ring copies, and the transport NCCL picks for a pair of GPU ranks.
 
 `check_crossover_shift` compares your factor with the one your own fitted α and β give;
 `check_copied_bytes` with the count of bytes a ring copies into shared memory (the lesson then
-measures it); `check_transport_names` with NCCL's and Open MPI's names for the same three paths.
+measures it); `check_transport_names` with the transport NCCL picks for three pairs of GPU ranks.
 """
 
 from __future__ import annotations
@@ -12,14 +12,13 @@ from ..model.costmodel import crossover
 from ..trace import format_bytes
 from .registry import exercise, hint, solution  # noqa: F401 - notebook
 from .spec import REQUIRED, Blank, Slip, names, number
-from .texts import message
+from .texts import exercise_texts, message
 
-TRANSPORT_NAMES = {  # situation -> (NCCL's transport, Open MPI's BTL)
-    message(__name__, "10.1", "two-processes-on"): ("SHM", "sm"),
-    message(__name__, "10.1", "two-gpus-in"): ("P2P", "smcuda"),
-    "two machines, over the network": ("NET", "tcp"),
+PAIRS = {  # exercise 10.3: pairs of GPU ranks the table does not name -> NCCL's transport
+    "GPU 0 and GPU 1 of one server, joined by NVLink": ("P2P",),
+    "two GPUs of one server whose PCIe layout forbids peer access": ("SHM",),
+    "GPU 3 of server A and GPU 3 of server B, InfiniBand with GPUDirect RDMA": ("NET",),
 }
-NCCL = {situation: names[0] for situation, names in TRANSPORT_NAMES.items()}
 
 
 def _fit(fit) -> tuple[float, float]:
@@ -100,11 +99,11 @@ number("10.2", module=__name__, setup="S, N = 16 << 20, 4", blanks=(Blank("my_co
        values=lambda d: {"ring": 2 * (d.world_size - 1) * d.nbytes // d.world_size})
 
 
-names("10.3", module=__name__, verb="name them", table=TRANSPORT_NAMES,
-      fallback=lambda situation, got: _transport_slip(got))
+names("10.3", module=__name__, verb="name them", table=PAIRS,
+      fallback=lambda situation, got: _pair_slip(situation, got))
 
 
-def _transport_slip(got: str) -> str:
-    others = [s for s, v in TRANSPORT_NAMES.items() if got.upper() in map(str.upper, v)]
-    return (f"{got} is the path for {others[0]!r}." if others
-            else message(__name__, "10.3", "got-one-nccl", got=got))
+def _pair_slip(situation: str, got: str) -> str:
+    """The hint for a wrong transport, whatever its case; a name NCCL does not have."""
+    slips = exercise_texts(__name__, "10.3")["slips"][situation]
+    return slips.get(got.upper()) or message(__name__, "10.3", "got-one-nccl", got=got)

@@ -9,7 +9,7 @@ from conftest import cluster_for
 import allreduce_edu as ae
 from allreduce_edu.exercises.lesson05 import crossover
 from allreduce_edu.exercises.lesson10 import (
-    TRANSPORT_NAMES,
+    PAIRS,
     check_copied_bytes,
     check_crossover_shift,
     check_transport_names,
@@ -68,14 +68,16 @@ def test_the_ring_copies_what_copied_bytes_says_on_every_rank(count):
 
 
 def test_transport_names_checker():
-    nccl = {situation: names[0] for situation, names in TRANSPORT_NAMES.items()}
-    mpi = {situation: names[1] for situation, names in TRANSPORT_NAMES.items()}
-    assert check_transport_names(nccl) and check_transport_names(mpi)
-    swapped = dict(nccl, **{"two machines, over the network": "SHM"})
-    feedback = check_transport_names(swapped)
-    assert not feedback and "SHM is the path for 'two processes on one machine" in feedback.message
-    assert "not one of NCCL's transports" in check_transport_names(dict(nccl, **{
-        "two machines, over the network": "RDMA"})).message
-    half = dict(nccl, **{"two machines, over the network": "?"})
+    nccl = {pair: names[0] for pair, names in PAIRS.items()}
+    assert check_transport_names(nccl) and check_transport_names({k: v.lower() for k, v in nccl.items()})
+    staged = "two GPUs of one server whose PCIe layout forbids peer access"
+    assert "cannot go straight from GPU to GPU" in check_transport_names(dict(nccl, **{staged: "P2P"})).message
+    assert "cannot go straight" in check_transport_names(dict(nccl, **{staged: "p2p"})).message  # any case
+    rdma = "GPU 3 of server A and GPU 3 of server B, InfiniBand with GPUDirect RDMA"
+    assert "still cross the network" in check_transport_names(dict(nccl, **{rdma: "P2P"})).message
+    nvlink = "GPU 0 and GPU 1 of one server, joined by NVLink"
+    assert "never pass through host memory" in check_transport_names(dict(nccl, **{nvlink: "SHM"})).message
+    assert "not one of NCCL's transports" in check_transport_names(dict(nccl, **{rdma: "RDMA"})).message
+    half = dict(nccl, **{rdma: "?"})
     assert "still \"?\"" in check_transport_names(half).message
     assert check_transport_names({k: "?" for k in nccl}).status == "not attempted"
