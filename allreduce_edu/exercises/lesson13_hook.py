@@ -110,6 +110,14 @@ def diagnose(per_rank: list[dict], one: np.ndarray) -> str | None:
     silent = [r for r, run in enumerate(per_rank) if run["bytes_sent"] == 0]
     if silent:
         return (message(LESSON, "13.1", "buckets-came-back", silent=silent[0]))
+    # every bucket through the ring: a rank sends about 2(N − 1)/N of each bucket's bytes, so
+    # less than half of that means the buckets travelled some other way (a token call aside)
+    total = sum(entry["input"].nbytes for entry in per_rank[0]["log"])
+    need = total * (n - 1) // n
+    short = [r for r, run in enumerate(per_rank) if run["bytes_sent"] < need]
+    if short:
+        return message(LESSON, "13.1", "buckets-not-through", r=short[0], total=total, need=need,
+                       sent=per_rank[short[0]]["bytes_sent"], count=len(per_rank[0]["log"]))
     losses = np.mean([r["losses"] for r in per_rank], axis=0)
     gap = float(np.max(np.abs(losses - one) / np.abs(one)))
     if gap > 1e-9:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 from conftest import cluster_for
 
@@ -147,6 +148,12 @@ def through_gloo(state, bucket):
     return future
 
 
+def gloo_and_a_token_ring(state, bucket):
+    """gloo averages the bucket; the ring carries one number, so bytes go over the wire."""
+    state.ring(state.comm, np.zeros(1))
+    return through_gloo(state, bucket)
+
+
 def no_future(state, bucket):
     return state.ring(state.comm, bucket.buffer().detach().numpy())
 
@@ -206,6 +213,8 @@ def test_wrong_hooks_are_named_with_bucket_step_and_rank():
     assert not kept and "this rank's own gradients, unchanged" in kept.message
     gloo = check_hook(through_gloo)
     assert not gloo and "sent no byte through its communicator" in gloo.message
+    token = check_hook(gloo_and_a_token_ring)  # bytes on the wire, but not the buckets'
+    assert not token and "Most buckets did not travel through your ring" in token.message
 
 
 @pytest.mark.processes
