@@ -100,12 +100,16 @@ def _cpu_of_allreduces(comm, nbytes: int, iters: int) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
-def busy_cores(cluster, nbytes: int, iters: int = 10) -> float:
+def busy_cores(cluster, nbytes: int, iters: int = 10, repeats: int = 3) -> float:
     """The share of this machine's cores the ranks keep busy while they do nothing but all-reduce
-    `nbytes`: their CPU seconds (every thread) over wall seconds × cores. Ranks in processes."""
-    per_rank = cluster.run(_cpu_of_allreduces, nbytes, iters)
-    wall = max(w for w, _ in per_rank)
-    return sum(c for _, c in per_rank) / (wall * usable_cpus())
+    `nbytes`: their CPU seconds (every thread) over wall seconds × cores, the median of `repeats`
+    rows of `iters` all-reduces (a busy moment of the machine moves one row). Ranks in processes."""
+    shares = []
+    for _ in range(repeats):
+        per_rank = cluster.run(_cpu_of_allreduces, nbytes, iters)
+        wall = max(w for w, _ in per_rank)
+        shares.append(sum(c for _, c in per_rank) / (wall * usable_cpus()))
+    return float(np.median(shares))
 
 
 # --- 12.1 ------------------------------------------------------------------------------------
