@@ -8,13 +8,14 @@ import time
 
 import numpy as np
 
-from ..trace import Event, Receive, Trace
+from ..trace import Receive, Trace
 from .calls import Calls
 from .contract import Comm
 from .courier import Courier
 from .errors import CollectiveError, CollectiveTimeout
 from .mailbox import ACKNOWLEDGED, SYNCHRONOUS, Mailbox, Message, Signature
 from .progress import Progress
+from .request import Request
 
 #: dtypes that may travel on the wire (numbers only: never objects, never pickles)
 WIRE_DTYPES = frozenset(np.dtype(t).name for t in (
@@ -30,38 +31,6 @@ def check_array(array, what: str = "array") -> np.ndarray:
         raise TypeError(f"{what} has dtype {array.dtype}, which cannot travel between ranks; "
                         f"use one of {', '.join(sorted(WIRE_DTYPES))}")
     return array if array.flags.c_contiguous else np.array(array, order="C")  # keeps 0-d arrays 0-d
-
-
-class Request:
-    """A send in flight (as MPI's `Isend` returns): `wait()` returns once the data is on its way.
-
-    Sends are eager, like MPI's for small messages: the data has been copied out of your array
-    (into the peer's mailbox, or into the gRPC stream), so you may reuse the array; the peer may
-    not hold it yet.
-    """
-
-    def __init__(self, comm: Communicator, dst: int, tag: str, nbytes: int, step: int, chunk):
-        self.comm, self._done, self.via = comm, False, comm.transport
-        self.dst, self.tag, self.nbytes, self.step, self.chunk = dst, tag, nbytes, step, chunk
-        self.t_start = time.perf_counter()
-        self.collective = ""  # the collective it belongs to ("allreduce/ring"), set by isend
-        self.synchronous = None  # issend: (epoch, collective id) of the receipt wait() waits for
-
-    # transports override: block until the peer acknowledged
-    def _wait(self, deadline: float) -> None:
-        pass
-
-    def wait(self, timeout: float | None = None) -> None:
-        if self._done:
-            return
-        deadline = time.monotonic() + (self.comm.timeout if timeout is None else timeout)
-        self._wait(deadline)
-        if self.synchronous is not None:  # and until the receiver has taken it
-            self.comm._await_taken(self, deadline)
-        self._done = True
-        c = self.comm
-        c.trace.record(Event(c.rank, self.dst, self.tag, self.step, self.nbytes, self.t_start,
-                             time.perf_counter(), self.chunk, self.collective, self.via))
 
 
 class InFlight(Request):
@@ -162,8 +131,7 @@ class Communicator(Comm):
         self.isend(dst, array, tag, step=step, chunk=chunk).wait()
 
     def issend(self, dst: int, array, tag: str, *, step: int = -1, chunk=None) -> Request:
-        """Start a synchronous send (MPI's `MPI_Issend`): its `wait()` returns only once rank
-        `dst` has received the message with a matching recv."""
+        """isend, synchronous (`MPI_Issend`): `wait()` returns once `dst`'s recv has taken it."""
         if SYNCHRONOUS in tag or ACKNOWLEDGED in tag:
             raise ValueError(f"rank {self.rank}: tag {tag!r} holds a reserved marker")
         request = self.isend(dst, array, SYNCHRONOUS + tag, step=step, chunk=chunk)
@@ -172,12 +140,11 @@ class Communicator(Comm):
         return request
 
     def ssend(self, dst: int, array, tag: str, *, step: int = -1, chunk=None) -> None:
-        """Send `array` to rank `dst` synchronously (MPI's `MPI_Ssend`): returns only once `dst`
-        has received it. If every rank ssends before it receives, none returns: each raises
-        CollectiveTimeout at its deadline, naming the rank it waited for."""
+        """send, synchronous (`MPI_Ssend`): returns once `dst` has received it; if every rank
+        ssends first, each raises CollectiveTimeout at its deadline, naming its peer."""
         self.issend(dst, array, tag, step=step, chunk=chunk).wait()
 
-    def _await_taken(self, request: Request, deadline: float) -> None:
+    def await_receipt(self, request: Request, deadline: float) -> None:
         """Wait for the receipt of a synchronous send (its receiver's recv sends it back)."""
         epoch, collective_id = request.synchronous
         try:
@@ -185,11 +152,10 @@ class Communicator(Comm):
                 self._mailbox.take(request.dst, ACKNOWLEDGED + request.tag, epoch, collective_id,
                                    None, deadline, self._pump(request.dst))
         except CollectiveTimeout:
-            raise CollectiveTimeout(
-                f"rank {self.rank}: rank {request.dst} did not take {request.tag!r} "
-                f"({request.nbytes} bytes) before the deadline; a synchronous send returns only "
-                f"once its receiver has received the message", ranks=(request.dst,),
-                waiting_for=request.dst) from None
+            raise CollectiveTimeout(f"rank {self.rank}: rank {request.dst} did not take "
+                                    f"{request.tag!r} ({request.nbytes} bytes) before the deadline "
+                                    f"(a synchronous send)", ranks=(request.dst,),
+                                    waiting_for=request.dst) from None
 
     def recv(self, src: int, tag: str, timeout: float | None = None) -> np.ndarray:
         """Wait for the next array `src` sent with `tag`; raises instead of waiting forever."""

@@ -25,7 +25,7 @@ class _Watch(Spy):
     def __init__(self, comm, synchronous: bool = False):
         super().__init__(comm, ("send", "recv", "sendrecv", "isend"))
         self.used: set[str] = set()
-        self.synchronous = synchronous
+        self._real, self.synchronous = comm, synchronous
         self.failed_in = ""  # the comm call an exception came out of ("send": a send never taken)
 
     def _check(self, name: str) -> None:
@@ -48,14 +48,14 @@ class _Watch(Spy):
             if not self.synchronous:
                 return super().send(dst, array, tag, **kwargs)
             self._check("send")
-            return self._comm.ssend(dst, array, tag, **kwargs)
+            return self._real.ssend(dst, array, tag, **kwargs)
 
     def isend(self, dst, array, tag, **kwargs):
         with self._in("isend"):
             if not self.synchronous:
                 return super().isend(dst, array, tag, **kwargs)
             self._check("isend")
-            return self._comm.issend(dst, array, tag, **kwargs)
+            return self._real.issend(dst, array, tag, **kwargs)
 
     def recv(self, src, tag, **kwargs):
         with self._in("recv"):
