@@ -81,14 +81,14 @@ def check_block(cluster, rows: int = 12, hidden: int = 16, ffn: int = 32) -> dic
 
 
 def print_bytes(result: dict) -> None:
-    """Rank 0's bytes per collective beside the ring's (N − 1)/N·S per phase."""
-    n, s, h = result["world_size"], result["nbytes"], result["hidden"]
-    formula = {"reduce_scatter": (n - 1) / n, "all_gather": (n - 1) / n}
-    print(message(__name__, "13.1", "sizes", n=n, s=s, bytes=2 * h * 8))
+    """Rank 0's bytes per phase of the sequence-parallel norm beside the ring's (N − 1)/N·S
+    (the norm's gradient sync is left out: exercise 13.2 asks for it)."""
+    n, s = result["world_size"], result["nbytes"]
+    print(message(__name__, "13.1", "sizes", n=n, s=s))
     for (collective, phase), sent in result["bytes"].items():
-        size = 2 * h * 8 if collective.startswith("allreduce") else s
-        print(f"  {collective:<32} {phase:<15} {sent:>6} B   (N−1)/N·{size} = "
-              f"{formula[phase] * size:>6.0f} B")
+        if collective.startswith("sequence_parallel_norm"):
+            print(f"  {collective:<32} {phase:<15} {sent:>6} B   (N−1)/N·{s} = "
+                  f"{(n - 1) / n * s:>6.0f} B")
 
 
 def drift(cluster, sync, steps: int = 6) -> list[tuple[float, float]]:
@@ -166,7 +166,9 @@ def _hook_problem(my_ddp_hook, ring, world_size: int, steps: int, cluster, deadl
 
 @exercise("13.2", kind="code", function="my_sync_norm_grads",
           library=("training.pytorch.tensor_parallel:sync_norm_grads",),
-          needs={"allreduce": allreduce}, before=('from allreduce_edu import allreduce',),
+          needs={"allreduce": allreduce},
+          before=('from allreduce_edu import all_gather, allreduce, broadcast, reduce, '
+                  'reduce_scatter',),
           gaps=(2, 2))
 def check_norm_grad_sync(my_sync_norm_grads, world_size: int = 3, steps: int = 4,
                          lr: float = 0.5, cluster=None) -> Feedback:
