@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from allreduce_edu.exercises import reference
+from allreduce_edu.exercises import lesson14_lockstep, reference
 
 lesson14 = pytest.importorskip("allreduce_edu.exercises.lesson14")
 if lesson14.GPU_MISSING:
@@ -203,7 +203,7 @@ def test_a_loop_that_never_ends_is_stopped_and_leaves_no_thread(endless, says, m
     import threading
     import time
 
-    monkeypatch.setattr(lesson14, "TIMEOUT", 1.0)
+    monkeypatch.setattr(lesson14_lockstep, "TIMEOUT", 1.0)
     before = threading.active_count()
     feedback = check_tree_sum.demo(endless)
     assert feedback.status == "failed" and says in feedback.message and "stride must reach 0" in feedback.message
