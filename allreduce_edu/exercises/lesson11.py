@@ -224,6 +224,8 @@ def _zero2_slips(psi: float, budget: float) -> list:
 
 
 def _zero2_otherwise(psi: float, budget: float, got: float) -> str:
+    if got < 1:
+        return message(__name__, "11.2", "no-ranks", got=got)
     if got > fewest_ranks("zero2", psi, budget):
         return message(__name__, "11.2", "fits-on-fewer", got=got)
     held = sum(zero_formula("zero2", psi, got, "mixed").values()) / 1e9

@@ -158,7 +158,7 @@ PSI, N, K = 1.5e9, 8, 12
 @pytest.mark.parametrize("answer, words", [
     (6, "one more rank"), (105 / 17, "round up"), (45, "ZeRO-1's count"), (4, "as ZeRO-3 does"),
     (5, "K = 8"), (60, "4-byte parameters"), (8, "not the fewest"), (3, "50 GB, more than the budget"),
-    (6.5, "whole number"), ("lots", "a number of ranks"),
+    (6.5, "whole number"), ("lots", "a number of ranks"), (0, "at least one rank"),
 ])
 def test_zero2_ranks_checker(answer, words):
     assert check_zero2_ranks(7, 7.5e9, 32e9) and check_zero2_ranks(7.0)
