@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import time
 
@@ -24,8 +25,7 @@ WIRE_DTYPES = frozenset(np.dtype(t).name for t in (
 
 
 def check_array(array, what: str = "array") -> np.ndarray:
-    """Return `array` as a C-contiguous NumPy array of a wire dtype
-    (lists convert as `np.asarray` does)."""
+    """`array` as a C-contiguous NumPy array of a wire dtype (lists convert as np.asarray does)."""
     array = np.asarray(array)
     if array.dtype.name not in WIRE_DTYPES:
         raise TypeError(f"{what} has dtype {array.dtype}, which cannot travel between ranks; "
@@ -39,8 +39,7 @@ class InFlight(Request):
 
     def __init__(self, comm: Communicator, dst: int, tag: str, nbytes: int, step: int, chunk):
         super().__init__(comm, dst, tag, nbytes, step, chunk)
-        self._posted, self._request, self._error = threading.Event(), None, None
-        self._chunk = chunk
+        self._posted, self._request, self._error, self._chunk = threading.Event(), None, None, chunk
 
     def post(self, msg: Message) -> None:
         """On the courier's thread: hand the message to the transport; keep what goes wrong."""
@@ -83,6 +82,7 @@ class Communicator(Comm):
         self._mailbox = Mailbox(rank, world_size)
         self._epoch = 0
         self._calls = Calls()
+        self._synchronous = itertools.count(1)  # numbers this rank's synchronous sends
         self._progress: Progress | None = None  # the communication thread, once one is asked for
         self._progress_lock = threading.Lock()
         self._courier: Courier | None = None  # posts the messages of in-flight links
@@ -94,8 +94,7 @@ class Communicator(Comm):
         return f"{type(self).__name__}(rank={self.rank}, world_size={self.world_size})"
 
     def use_links(self, links) -> None:
-        """Delay every send as the emulated `links` would (None: no delay);
-        their nodes become this world's."""
+        """Delay every send as the emulated `links` would (None: no delay); their nodes are ours."""
         self.links = links
         self.ranks_per_node = links.ranks_per_node if links is not None else self.ranks_per_node
 
@@ -126,17 +125,19 @@ class Communicator(Comm):
         return request
 
     def send(self, dst: int, array, tag: str, *, step: int = -1, chunk=None) -> None:
-        """Send `array` to rank `dst`; returns once the data is on its way
-        (eager: your array is free again)."""
+        """Send `array` to rank `dst`; returns once it is on its way (eager: your array is free)."""
         self.isend(dst, array, tag, step=step, chunk=chunk).wait()
 
     def issend(self, dst: int, array, tag: str, *, step: int = -1, chunk=None) -> Request:
         """isend, synchronous (`MPI_Issend`): `wait()` returns once `dst`'s recv has taken it."""
         if SYNCHRONOUS in tag or ACKNOWLEDGED in tag:
             raise ValueError(f"rank {self.rank}: tag {tag!r} holds a reserved marker")
-        request = self.isend(dst, array, SYNCHRONOUS + tag, step=step, chunk=chunk)
+        number = next(self._synchronous)  # its receipt names it: two issends, two receipts
+        request = self.isend(dst, array, f"{SYNCHRONOUS}{number}\x00{tag}", step=step,
+                             chunk=chunk)
         call = self._calls.current()
-        request.tag, request.synchronous = tag, (self._epoch, call.collective_id if call else 0)
+        request.tag = tag
+        request.synchronous = (self._epoch, call.collective_id if call else 0, number)
         return request
 
     def ssend(self, dst: int, array, tag: str, *, step: int = -1, chunk=None) -> None:
@@ -146,20 +147,22 @@ class Communicator(Comm):
 
     def await_receipt(self, request: Request, deadline: float) -> None:
         """Wait for the receipt of a synchronous send (its receiver's recv sends it back)."""
-        epoch, collective_id = request.synchronous
+        epoch, collective_id, number = request.synchronous
         try:
             with self._receiving(request.dst):
-                self._mailbox.take(request.dst, ACKNOWLEDGED + request.tag, epoch, collective_id,
-                                   None, deadline, self._pump(request.dst))
-        except CollectiveTimeout:
+                self._mailbox.take(request.dst, f"{ACKNOWLEDGED}{number}\x00{request.tag}", epoch,
+                                   collective_id, None, deadline, self._pump(request.dst))
+        except CollectiveTimeout:  # waiting_for, as in a recv: only inside a collective
             raise CollectiveTimeout(f"rank {self.rank}: rank {request.dst} did not take "
                                     f"{request.tag!r} ({request.nbytes} bytes) before the deadline "
                                     f"(a synchronous send)", ranks=(request.dst,),
-                                    waiting_for=request.dst) from None
+                                    waiting_for=request.dst if collective_id else None) from None
 
     def recv(self, src: int, tag: str, timeout: float | None = None) -> np.ndarray:
         """Wait for the next array `src` sent with `tag`; raises instead of waiting forever."""
         self.check_peer(src, "src")
+        if SYNCHRONOUS in tag or ACKNOWLEDGED in tag:
+            raise ValueError(f"rank {self.rank}: tag {tag!r} holds a reserved marker")
         t_start = time.perf_counter()
         call = self._calls.current()
         deadline = time.monotonic() + (timeout if timeout is not None
@@ -169,16 +172,15 @@ class Communicator(Comm):
                                      call.signature if call else None, deadline, self._pump(src))
         if msg.synchronous:  # an ssend waits for this receipt: an empty message back
             with contextlib.suppress(CollectiveError):  # a sender gone since: nobody waits
-                self._post(src, Message(self.rank, ACKNOWLEDGED + tag, np.empty(0, np.uint8),
-                                        msg.epoch, msg.collective_id), None)
+                self._post(src, Message(self.rank, f"{ACKNOWLEDGED}{msg.synchronous}\x00{tag}",
+                                        np.empty(0, np.uint8), msg.epoch, msg.collective_id), None)
         self.trace.record_receive(Receive(self.rank, src, tag, msg.step, msg.array.nbytes, t_start,
                                           msg.t_arrived, time.perf_counter()))
         return msg.array
 
     def sendrecv(self, dst: int, array, src: int, tag: str, *, step: int = -1, chunk=None,
                  timeout: float | None = None) -> np.ndarray:
-        """Send to `dst` while receiving from `src` (the ring step):
-        full duplex, so it never deadlocks."""
+        """Send to `dst` while receiving from `src` (a ring step): full duplex, never deadlocks."""
         request = self.isend(dst, array, tag, step=step, chunk=chunk)
         received = self.recv(src, tag, timeout)
         request.wait(timeout)
@@ -196,11 +198,9 @@ class Communicator(Comm):
     def collective(self, name: str, *, algorithm: str = "", op: str = "", dtype="", shape=(),
                    root: int = -1, space: int = 0):
         """Mark the messages this thread sends and receives inside as one collective call, so ranks
-        that disagree on it fail loudly; yields the call (comm.calls.CollectiveCall).
-
-        Nested calls (ring all-reduce calling reduce-scatter) belong to the outermost collective.
-        `space` is the numbering a new call's id comes from: 0 the world's, a Group's its own.
-        """
+        that disagree on it fail loudly; yields the call (comm.calls.CollectiveCall). Nested calls
+        (ring all-reduce calling reduce-scatter) belong to the outermost collective. `space` is
+        the numbering a new call's id comes from: 0 the world's, a Group's its own."""
         call = self._calls.current()
         if call is not None:
             call.depth += 1

@@ -54,11 +54,12 @@ class Message:
     signature: Signature | None = None
     step: int = -1
     t_arrived: float = 0.0  # time.perf_counter() when the whole message was in the mailbox
-    synchronous: bool = False  # sent by ssend: the receiver's recv acknowledges it (comm.base)
+    synchronous: int = 0  # sent by ssend, its number (> 0): the receiver's recv acknowledges it
 
 
-#: a synchronous send's tag travels with this prefix (every transport carries tags as they are);
-#: the mailbox strips it, and the receiver's recv answers with ACKNOWLEDGED + tag
+#: a synchronous send's tag travels as SYNCHRONOUS + its number + NUL + tag (every transport
+#: carries tags as they are); the mailbox strips that, and the receiver's recv answers with
+#: ACKNOWLEDGED + the same number + NUL + tag (comm.base)
 SYNCHRONOUS, ACKNOWLEDGED = "\x00ssend\x00", "\x00taken\x00"
 
 
@@ -81,8 +82,9 @@ class Mailbox:
             if msg.epoch < self._epoch:
                 return  # a late message from an abandoned run: never mistaken for a new one
             msg.t_arrived = perf_counter()
-            if msg.tag.startswith(SYNCHRONOUS):
-                msg.tag, msg.synchronous = msg.tag[len(SYNCHRONOUS):], True
+            number, nul, tag = msg.tag.removeprefix(SYNCHRONOUS).partition("\x00")
+            if msg.tag.startswith(SYNCHRONOUS) and nul and number.isdigit():
+                msg.tag, msg.synchronous = tag, int(number)
             self._queues[(msg.src, msg.epoch, msg.collective_id, msg.tag)].append(msg)
             if msg.signature is not None:
                 self._signatures[(msg.epoch, msg.collective_id)].setdefault(msg.src, msg.signature)

@@ -106,7 +106,7 @@ def explain_failure(failure: RankError, engine: str, ranks: str) -> str:
     n = int(ranks.split()[0])
     rank = failure.rank
     where = f"with {ranks} and x of {size:,} elements, rank {'?' if rank is None else rank}"
-    if failed_in == "send":
+    if failed_in == "send" or "(a synchronous send)" in text:  # or an issend's request.wait()
         source_line = re.compile(r"\[[^]]*:[0-9]+\] ")  # gloo's "[.../pair.cc:553] "
         why = text.split("; ")[0] if kind == "CollectiveTimeout" else (
             f"its send ended when a peer, waiting as long, gave up: "

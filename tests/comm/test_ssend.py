@@ -19,6 +19,7 @@ LATE = 0.4  # seconds rank 1 waits before it receives
 
 def _ssend_then_late_recv(comm):
     """Rank 0 ssends to rank 1, which receives LATE seconds later; the others do nothing."""
+    comm.barrier()  # the ranks start together: rank 1's sleep begins as rank 0's ssend does
     if comm.rank == 0:
         t0 = time.monotonic()
         comm.ssend(1, np.arange(5.0), "a")
@@ -63,10 +64,34 @@ def test_ssend_returns_after_the_matching_recv_and_deadlocks_loudly(transport):
         assert found, text
         rank, peer = map(int, found.groups())
         assert peer == (rank + 1) % 3
-        assert raised.value.waiting_for == peer
+        assert raised.value.waiting_for is None  # outside a collective: no collective's wait
 
         # the world is usable again after the deadlock: receipts of the failed run are gone
         assert cluster.run(_issend_recv_wait) == [[2.0] * 4, [0.0] * 4, [1.0] * 4]
+
+
+def _two_issends_waited_last_first(comm):
+    """Rank 0 issends two messages with one tag and waits for the second first; rank 1 takes the
+    first at once and the second a while later: the second's wait must last until then."""
+    comm.barrier()
+    if comm.rank == 0:
+        first, second = (comm.issend(1, np.full(2, float(k)), "same") for k in (1, 2))
+        t0 = time.monotonic()
+        second.wait()
+        waited = time.monotonic() - t0
+        first.wait()
+        return waited
+    first = comm.recv(0, "same").tolist()
+    time.sleep(LATE)
+    return [first, comm.recv(0, "same").tolist()]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_each_synchronous_send_waits_for_its_own_receipt(transport):
+    with Cluster(2, transport=transport, timeout=5) as cluster:
+        waited, received = cluster.run(_two_issends_waited_last_first)
+    assert received == [[1.0, 1.0], [2.0, 2.0]]
+    assert waited >= LATE * 0.9  # not released by the first message's receipt
 
 
 def test_plain_send_stays_eager():
@@ -85,6 +110,10 @@ def test_a_reserved_tag_is_refused():
         if comm.rank == 0:
             comm.ssend(1, np.ones(1), "\x00taken\x00x")
 
-    with Cluster(2, transport="local", timeout=1.0) as cluster, \
-            pytest.raises(ValueError, match="reserved"):
-        cluster.run(send_marker)
+    def recv_marker(comm):
+        comm.recv(1 - comm.rank, "\x00ssend\x00x")
+
+    with Cluster(2, transport="local", timeout=1.0) as cluster:
+        for fn in (send_marker, recv_marker):
+            with pytest.raises(ValueError, match="reserved"):
+                cluster.run(fn)

@@ -189,6 +189,23 @@ def test_without_the_engine_send_then_recv_deadlocks_and_is_diagnosed_every_time
         assert "On these ranks, as on gloo," in feedback.message
 
 
+def isend_wait_then_recv(comm, x):  # the same mistake, written with isend(...).wait()
+    n, r = comm.world_size, comm.rank
+    chunks = np.array_split(x.reshape(-1).copy(), n)
+    for step in range(n - 1):
+        comm.isend((r + 1) % n, chunks[(r - step - 1) % n], tag="rs").wait()
+        chunks[(r - step - 2) % n] += comm.recv((r - 1) % n, tag="rs")
+    return np.concatenate(chunks)
+
+
+@pytest.mark.processes
+def test_without_the_engine_an_isend_waited_before_its_recv_is_diagnosed_as_the_send(no_gloo):
+    """The request's wait() raises outside the comm call that made it: still the send's deadlock."""
+    feedback = check_ring_on_engine(isend_wait_then_recv, world_sizes=(3,), sizes=(10,),
+                                    comm_timeout=1.0)
+    assert _diagnosed(feedback), feedback
+
+
 @pytest.mark.slow
 @pytest.mark.processes
 def test_on_gloo_send_then_recv_is_diagnosed_every_time():
