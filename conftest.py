@@ -1,7 +1,9 @@
 """The lessons under nbval: a cell (or a notebook) that needs an optional extra missing here is
-skipped with the reason, never run to a different output (allreduce_edu.course.extras); and a
-lesson that takes longer than LESSON_LIMIT_S to execute fails the cell that took it over (issue
-36: every lesson runs top to bottom in under two minutes on a 2-core laptop, with a margin)."""
+skipped with the reason, never run to a different output (allreduce_edu.course.extras); and, where
+ALLREDUCE_EDU_LESSON_LIMIT_S is set (.ci/run sets 100 on its 2-core machine), a lesson that takes
+longer than that to execute fails the cell that took it over (issue 36: every lesson runs top to
+bottom in under two minutes on a 2-core laptop, with a margin). Off by default: a slower or busier
+machine than CI's must not fail a lesson with nothing wrong in it."""
 
 from __future__ import annotations
 
@@ -9,10 +11,8 @@ import os
 
 import pytest
 
-#: seconds one lesson may take under nbval, kernel start included (the promise is 120)
-LESSON_LIMIT_S = 100.0
-#: set to a number of seconds to change the limit, or to 0 to turn it off (the busy-laptop test
-#: does: a second CPU-bound process beside the lesson slows every cell)
+#: the seconds one lesson may take under nbval, kernel start included (unset or 0: no limit; the
+#: busy-laptop test sets 0: a second CPU-bound process beside the lesson slows every cell)
 LIMIT_VARIABLE = "ALLREDUCE_EDU_LESSON_LIMIT_S"
 
 _spent: dict[str, float] = {}  # notebook -> seconds its cells have taken so far
@@ -44,7 +44,7 @@ def pytest_runtest_makereport(item, call):
         return
     report = outcome.get_result()
     _spent[path] = _spent.get(path, 0.0) + report.duration
-    limit = float(os.environ.get(LIMIT_VARIABLE, LESSON_LIMIT_S))
+    limit = float(os.environ.get(LIMIT_VARIABLE) or 0)
     if limit and report.when == "call" and report.passed and _spent[path] > limit \
             and path not in _over:  # the cell during which the lesson went over fails, once
         _over.add(path)
