@@ -94,8 +94,8 @@ class SequenceParallelNorm(torch.autograd.Function):
             rows[r][...] = ds.numpy()
             if n > 1:
                 all_gather_ring(comm, rows, copy_into=True)
-        # the weight and bias gradients cover my rows only: sum them over the ranks (a
-        # collective of its own, so the trace counts its bytes apart)
+        # the weight and bias gradients cover my rows only: ctx.sync makes them the batch's
+        # (lesson 13's exercise 13.2; its own collective, so the trace counts its bytes apart)
         dw, db = ctx.sync(comm, dw.numpy(), db.numpy())
         d_residual = np.zeros_like(g)
         d_residual[mine] = ds.numpy()  # the residual was added on my rows only
