@@ -15,9 +15,9 @@ from .spec import REQUIRED, Blank, Slip, names, number
 from .texts import exercise_texts, message
 
 PAIRS = {  # exercise 10.3: pairs of GPU ranks the table does not name -> NCCL's transport
-    "GPU 0 and GPU 1 of one server, joined by NVLink": ("P2P",),
+    "GPU 0 and GPU 1 of one server, behind one PCIe switch that allows peer access": ("P2P",),
     "two GPUs of one server whose PCIe layout forbids peer access": ("SHM",),
-    "GPU 3 of server A and GPU 3 of server B, InfiniBand with GPUDirect RDMA": ("NET",),
+    "GPU 3 of server A and GPU 3 of server B, RoCE (RDMA over Ethernet), GPUDirect": ("NET",),
 }
 
 

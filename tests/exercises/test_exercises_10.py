@@ -73,10 +73,10 @@ def test_transport_names_checker():
     staged = "two GPUs of one server whose PCIe layout forbids peer access"
     assert "cannot go straight from GPU to GPU" in check_transport_names(dict(nccl, **{staged: "P2P"})).message
     assert "cannot go straight" in check_transport_names(dict(nccl, **{staged: "p2p"})).message  # any case
-    rdma = "GPU 3 of server A and GPU 3 of server B, InfiniBand with GPUDirect RDMA"
+    rdma = "GPU 3 of server A and GPU 3 of server B, RoCE (RDMA over Ethernet), GPUDirect"
     assert "still cross the network" in check_transport_names(dict(nccl, **{rdma: "P2P"})).message
-    nvlink = "GPU 0 and GPU 1 of one server, joined by NVLink"
-    assert "never pass through host memory" in check_transport_names(dict(nccl, **{nvlink: "SHM"})).message
+    peer = "GPU 0 and GPU 1 of one server, behind one PCIe switch that allows peer access"
+    assert "never pass through host memory" in check_transport_names(dict(nccl, **{peer: "SHM"})).message
     assert "not one of NCCL's transports" in check_transport_names(dict(nccl, **{rdma: "RDMA"})).message
     half = dict(nccl, **{rdma: "?"})
     assert "still \"?\"" in check_transport_names(half).message
