@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -23,19 +25,31 @@ RUNS = int(os.environ.get("ALLREDUCE_EDU_BUSY_RUNS", "1"))
 pytestmark = [pytest.mark.slow, pytest.mark.processes]
 
 
+def _seconds_per_lesson(report: Path) -> dict[str, int]:
+    """{"00": seconds, ...}: each lesson's cells' time, from the run's JUnit report."""
+    spent: Counter = Counter()
+    if report.exists():
+        for case in ET.parse(report).iter("testcase"):
+            lesson = case.get("classname", "").removeprefix("lessons.")[:2]  # "lessons.00_we..."
+            spent[lesson] += float(case.get("time") or 0)
+    return {lesson: round(seconds) for lesson, seconds in sorted(spent.items())}
+
+
 def test_every_lesson_passes_nbval_and_holds_every_claim_beside_a_cpu_bound_process(tmp_path):
     burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         for run in range(1, RUNS + 1):
             env = dict(os.environ, **{STRICT_CLAIMS: "1", "ALLREDUCE_EDU_LESSON_LIMIT_S": "0",
                                       "ALLREDUCE_EDU_DATA_DIR": str(tmp_path / f"run{run}")})
+            report = tmp_path / f"run{run}.xml"
             done = subprocess.run(
                 [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE",
-                 "--durations=0", "--durations-min=20", "lessons"],
+                 f"--junitxml={report}", "lessons"],
                 cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
             assert burner.poll() is None, "the CPU-bound process stopped: the lessons ran quiet"
             summary = done.stdout[-6000:]
-            print(f"run {run} of {RUNS}:\n{summary}")
+            print(f"run {run} of {RUNS}, seconds per lesson: {_seconds_per_lesson(report)}\n"
+                  f"{summary}")
             assert done.returncode == 0, f"run {run} of {RUNS}, beside a CPU-bound process:\n" \
                                          f"{summary}\n{done.stderr[-2000:]}"
     finally:
