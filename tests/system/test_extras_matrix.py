@@ -28,7 +28,7 @@ LESSONS = sorted((ROOT / "lessons").glob("[0-9][0-9]_*.ipynb"))
 ENGINES = ("torch", "mpi")  # the extras a learner installs or not; cuda and gpu are the machine's
 COMBINATIONS = {"none": (), "torch only": ("torch",), "mpi only": ("mpi",), "both": ENGINES}
 
-pytestmark = pytest.mark.processes
+pytestmark = [pytest.mark.processes, pytest.mark.timeout(900)]  # two lessons under nbval a test
 
 
 def _declared(notebook: dict) -> set[str]:
@@ -86,7 +86,7 @@ def test_the_engine_lessons_pass_nbval_with_every_combination_of_extras(combinat
     assert probe.stdout.strip() == repr([EXTRAS[e][0] for e in shown])
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE",
                            *map(str, _engine_lessons())],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=840)
     assert done.returncode == 0, f"with {combination}:\n{done.stdout[-6000:]}\n{done.stderr[-2000:]}"
 
 
