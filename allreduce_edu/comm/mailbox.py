@@ -82,9 +82,10 @@ class Mailbox:
             if msg.epoch < self._epoch:
                 return  # a late message from an abandoned run: never mistaken for a new one
             msg.t_arrived = perf_counter()
-            number, nul, tag = msg.tag.removeprefix(SYNCHRONOUS).partition("\x00")
-            if msg.tag.startswith(SYNCHRONOUS) and nul and number.isdigit():
-                msg.tag, msg.synchronous = tag, int(number)
+            if msg.tag.startswith(SYNCHRONOUS):  # only a synchronous send pays for the parse
+                number, nul, tag = msg.tag[len(SYNCHRONOUS):].partition("\x00")
+                if nul and number.isdigit():
+                    msg.tag, msg.synchronous = tag, int(number)
             self._queues[(msg.src, msg.epoch, msg.collective_id, msg.tag)].append(msg)
             if msg.signature is not None:
                 self._signatures[(msg.epoch, msg.collective_id)].setdefault(msg.src, msg.signature)
