@@ -16,6 +16,7 @@ import numpy as np
 from ..collectives import allreduce
 from ..model.costmodel import bus_factor, fit_alpha_beta, predict_on_links
 from ..runtime.engines import ENGINES, run_on_engine
+from .floor import pipe_one_way_us, window_one_way
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -134,7 +135,8 @@ def run(cluster, algorithms, sizes, dtype="float32", iters=20, warmup=5) -> tupl
                "bandwidth_gbps": points[-1][0] / points[-1][1] / 1e9,
                "fit_bandwidth_gbps": (1 / beta / 1e9) if beta else float("inf"), "points": points,
                "p50_us": float(np.percentile(one_way, 50)) * 1e6,
-               "p99_us": float(np.percentile(one_way, 99)) * 1e6}
+               "p99_us": float(np.percentile(one_way, 99)) * 1e6,
+               "window_us": cluster.run(window_one_way)[0], "pipe_us": pipe_one_way_us()}
     return p2p, combine(cluster.run(measure, algorithms, sizes, dtype, iters, warmup))
 
 
@@ -181,10 +183,18 @@ def format_p2p(p2p: dict) -> str:
         return "# point-to-point: needs 2 ranks"
     spread = (f" (p50 {p2p['p50_us']:.0f} us, p99 {p2p['p99_us']:.0f} us)"
               if "p99_us" in p2p else "")
+    floor = ""
+    if "pipe_us" in p2p:  # the mechanism under it, timed in the same run (bench/floor.py)
+        floor = (f"\n# the floor, 8 B one way: a bare os.pipe ping-pong between two processes "
+                 f"{p2p['pipe_us']:.1f} us; send/recv p50 = "
+                 f"{p2p['p50_us'] / p2p['pipe_us']:.1f}x it")
+        if p2p.get("window_us") is not None:
+            floor += (f"; a symmetric window's put + signal {p2p['window_us']:.1f} us = "
+                      f"{p2p['window_us'] / p2p['pipe_us']:.1f}x it")
     return (f"# point-to-point, rank 0 <-> 1 (ping-pong): "
             f"latency alpha = {p2p['alpha_us']:.0f} us (8 B one way){spread}, "
             f"bandwidth 1/beta = {p2p['bandwidth_gbps']:.2f} GB/s "
-            f"({p2p['points'][-1][0] >> 20} MiB one way)")
+            f"({p2p['points'][-1][0] >> 20} MiB one way){floor}")
 
 
 def format_table(rows: list[dict]) -> str:

@@ -9,6 +9,8 @@
     all_gather(comm, x, algorithm="ring")           # or "bruck"; pieces joined along axis 0
     iallreduce, ireduce_scatter, iall_gather        # non-blocking: a request now, .wait() later
     double_binary_tree.double_binary_tree(comm, x, op, chunks=K)  # NCCL's trees, K chunks per tree
+    available(comm)                                 # the algorithms comm can run (one_shot and
+                                                    # two_shot need symmetric windows: comm.window)
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from .blocking import (
     reduce_scatter,
 )
 from .nonblocking import CollectiveRequest, iall_gather, iallreduce, ireduce_scatter, wait_all
-from .registry import ALGORITHMS, DESCRIPTIONS, describe
+from .registry import ALGORITHMS, DESCRIPTIONS, available, describe, runs_on
 
 __all__ = ["allreduce", "reduce", "broadcast", "reduce_scatter", "all_gather", "ALGORITHMS",
            "DESCRIPTIONS", "describe", "OPS", "iallreduce", "ireduce_scatter", "iall_gather",
-           "wait_all", "CollectiveRequest", "REDUCE_SCATTERS", "ALL_GATHERS"]
+           "wait_all", "CollectiveRequest", "REDUCE_SCATTERS", "ALL_GATHERS", "available",
+           "runs_on"]

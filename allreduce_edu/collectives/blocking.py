@@ -17,6 +17,7 @@ from .recursive import allreduce_rabenseifner  # noqa: F401 - and recursive_doub
 from .hierarchical import hierarchical  # noqa: F401 - needs ring; nodes from model.links (lessons/05)
 from .double_binary_tree import double_binary_tree  # noqa: F401 - NCCL's two trees (lessons/16)
 from .bruck import all_gatherv_bruck, reduce_scatter_bruck
+from .symmetric import allreduce_one_shot  # noqa: F401 - and two_shot: on windows (lessons/18)
 # isort: on
 from ..ops import OPS, check_op
 from .registry import ALGORITHMS, check_root

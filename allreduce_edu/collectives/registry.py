@@ -50,6 +50,7 @@ class Algorithm:
     link_cost: Callable | None = None  # (world_size, nbytes, links) -> seconds on two-level links
     colour: str = "#999999"  # the same in every plot
     summary: str = ""  # one line, from the function's docstring
+    needs: str = ""  # what a communicator must offer besides messages: "windows" (comm.window)
 
 
 # name -> run(comm, x, op), in registration order (the lessons' order)
@@ -76,7 +77,8 @@ def reduce_into(acc: np.ndarray, x: np.ndarray, op: str) -> np.ndarray:
 
 
 def allreduce_algorithm(name: str, *, layout: str = "ring", phases: tuple[str, ...] = (),
-                        bounds=split_bounds, cost=None, link_cost=None, colour: str = "#999999"):
+                        bounds=split_bounds, cost=None, link_cost=None, colour: str = "#999999",
+                        needs: str = ""):
     """Register `body(comm, x, op)` as all-reduce algorithm `name`, described by the keywords.
 
     The wrapper validates `op`, makes `x` a contiguous array of a wire dtype (lists convert as
@@ -96,11 +98,23 @@ def allreduce_algorithm(name: str, *, layout: str = "ring", phases: tuple[str, .
                 return body(comm, x, op)
         summary = (body.__doc__ or "").strip().split("\n")[0]
         DESCRIPTIONS[name] = Algorithm(name, allreduce_with, layout, tuple(phases), bounds, cost,
-                                       link_cost, colour, summary)
+                                       link_cost, colour, summary, needs)
         ALGORITHMS[name] = allreduce_with
-        costmodel.register(name, cost, link_cost)
+        costmodel.register(name, cost, link_cost, needs)
         return allreduce_with
     return register
+
+
+def runs_on(name: str, comm) -> bool:
+    """Whether algorithm `name` can run on `comm` (one that needs windows needs `open_window`:
+    the thread transport, shm; gRPC's communicator refuses when it opens one)."""
+    return DESCRIPTIONS[name].needs != "windows" or (
+        hasattr(comm, "open_window") and getattr(comm, "transport", "") in ("local", "shm"))
+
+
+def available(comm) -> list[str]:
+    """The algorithms that run on `comm`, in registration order."""
+    return [name for name in ALGORITHMS if runs_on(name, comm)]
 
 
 def unregister(name: str) -> None:

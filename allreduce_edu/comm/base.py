@@ -79,7 +79,7 @@ class Communicator(Comm):
             raise ValueError(f"rank {rank} is outside the world (world_size={world_size})")
         self.rank, self.world_size, self.timeout = rank, world_size, timeout
         self.trace = Trace()
-        self._mailbox = Mailbox(rank, world_size)
+        self.mailbox = Mailbox(rank, world_size)
         self._epoch = 0
         self._calls = Calls()
         self._synchronous = itertools.count(1)  # numbers this rank's synchronous sends
@@ -150,7 +150,7 @@ class Communicator(Comm):
         epoch, collective_id, number = request.synchronous
         try:
             with self._receiving(request.dst):
-                self._mailbox.take(request.dst, f"{ACKNOWLEDGED}{number}\x00{request.tag}", epoch,
+                self.mailbox.take(request.dst, f"{ACKNOWLEDGED}{number}\x00{request.tag}", epoch,
                                    collective_id, None, deadline, self._pump(request.dst))
         except CollectiveTimeout:  # waiting_for, as in a recv: only inside a collective
             raise CollectiveTimeout(f"rank {self.rank}: rank {request.dst} did not take "
@@ -168,7 +168,7 @@ class Communicator(Comm):
         deadline = time.monotonic() + (timeout if timeout is not None
                                        else call.timeout if call else self.timeout)
         with self._receiving(src):
-            msg = self._mailbox.take(src, tag, self._epoch, call.collective_id if call else 0,
+            msg = self.mailbox.take(src, tag, self._epoch, call.collective_id if call else 0,
                                      call.signature if call else None, deadline, self._pump(src))
         if msg.synchronous:  # an ssend waits for this receipt: an empty message back
             with contextlib.suppress(CollectiveError):  # a sender gone since: nobody waits
@@ -216,7 +216,7 @@ class Communicator(Comm):
                                           np.dtype(dtype).name if dtype != "" else "",
                                           tuple(int(s) for s in shape), root), self.timeout,
                                 space)
-        self._mailbox.discard_collectives_before(self._epoch, call.collective_id)
+        self.mailbox.discard_collectives_before(self._epoch, call.collective_id)
         try:
             yield call
         finally:
@@ -251,11 +251,11 @@ class Communicator(Comm):
         self._epoch = epoch
         self._calls.reset()
         self.trace.clear()
-        self._mailbox.reset(epoch)
+        self.mailbox.reset(epoch)
 
     def abort(self, error: CollectiveError) -> None:
         """Stop every wait on this rank now by raising `error` in it."""
-        self._mailbox.abort(error)
+        self.mailbox.abort(error)
 
     def close(self) -> None:
         """Release the transport's resources (transports call this first)."""
@@ -271,15 +271,15 @@ class Communicator(Comm):
     # --- for transports -------------------------------------------------------------------
     def deliver(self, msg: Message) -> None:
         """A whole message has arrived: into this rank's mailbox, where `recv` finds it."""
-        self._mailbox.deliver(msg)
+        self.mailbox.deliver(msg)
 
     def peer_failed(self, src: int, reason: str) -> None:
         """Peer `src` is gone: waits on it raise RankFailure instead of timing out."""
-        self._mailbox.peer_failed(src, reason)
+        self.mailbox.peer_failed(src, reason)
 
     def pending(self) -> int:
         """How many arrived messages wait unreceived (for tests and leak checks)."""
-        return self._mailbox.pending()
+        return self.mailbox.pending()
 
     def _post(self, dst: int, msg: Message, chunk) -> Request:
         raise NotImplementedError

@@ -148,6 +148,19 @@ class Mailbox:
             self._failed.setdefault(src, reason)
             self._cond.notify_all()
 
+    def trouble(self, src: int, what: str) -> CollectiveError | None:
+        """Why a wait on `src` (`what`, e.g. "its signal") must stop now: this rank's abort, or
+        `src` gone; None if neither (a wait outside the mailbox, comm.window, asks this)."""
+        with self._cond:
+            if self._aborted is not None:
+                aborted = copy.copy(self._aborted)
+                aborted.waiting_for = src
+                return aborted
+            if src in self._failed:
+                return RankFailure(f"rank {self.rank} cannot wait for {what} from rank {src}: "
+                                   f"{self._failed[src]}", ranks=(src,), waiting_for=src)
+            return None
+
     def abort(self, error: CollectiveError) -> None:
         """Make every current and future wait raise `error` until the next `reset`."""
         with self._cond:

@@ -19,11 +19,13 @@ import numpy as np
 COSTS: dict[str, Callable] = {}  # algorithm -> (world_size, nbytes, alpha, beta, gamma) -> seconds
 # algorithm -> (world_size, nbytes, links) -> seconds on two-level links
 LINK_COSTS: dict[str, Callable] = {}
+NEEDS: dict[str, str] = {}  # algorithm -> what it needs besides messages ("windows": lesson 18)
 
 
-def register(algorithm: str, cost: Callable | None, link_cost: Callable | None = None) -> None:
+def register(algorithm: str, cost: Callable | None, link_cost: Callable | None = None,
+             needs: str = "") -> None:
     """Record an algorithm's formulas (None forgets them); called by its registration."""
-    for table, formula in ((COSTS, cost), (LINK_COSTS, link_cost)):
+    for table, formula in ((COSTS, cost), (LINK_COSTS, link_cost), (NEEDS, needs or None)):
         if formula is None:
             table.pop(algorithm, None)
         else:
@@ -100,6 +102,16 @@ def bruck(n, s, alpha, beta, gamma=0.0):
 
 
 # --- the halves, S = the whole buffer (reduce-scatter's input, all-gather's result) ---------------
+def one_shot(n, s, alpha, beta, gamma=0.0):
+    """Symmetric memory: one round of signals, then every rank reads the N−1 other buffers."""
+    return alpha + (n - 1) * s * beta + (n - 1) * s * gamma
+
+
+def two_shot(n, s, alpha, beta, gamma=0.0):
+    """Symmetric memory: a reduce-scatter and an all-gather, each one round of signals."""
+    return 2 * alpha + 2 * (n - 1) / n * s * beta + (n - 1) / n * s * gamma
+
+
 def reduce_scatter_ring(n, s, alpha, beta, gamma=0.0):
     """N-1 steps of S/N; N-1 reductions of S/N."""
     return (n - 1) * (alpha + s / n * (beta + gamma))

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..trace import format_bytes
-from .costmodel import COSTS, predict, predict_on_links
+from .costmodel import COSTS, NEEDS, predict, predict_on_links
 from .links import Link, Links
 
 
@@ -58,9 +58,10 @@ def tune(world_size: int, sizes, links, algorithms=None, protocols=PROTOCOLS,
          gamma: float = 0.0) -> list[dict]:
     """One row per size (bytes per rank): every (algorithm, protocol)'s predicted all-reduce time
     and the fastest. `links`: (alpha, beta), a Link or Links.flat(...) (in flight or not);
-    algorithms: default every one with a formula."""
+    algorithms: default every one with a formula that runs over messages (one_shot and two_shot
+    need symmetric windows: name them to see their rows)."""
     link = _link(links)
-    algorithms = list(COSTS) if algorithms is None else list(algorithms)
+    algorithms = [a for a in COSTS if a not in NEEDS] if algorithms is None else list(algorithms)
     unknown = [a for a in algorithms if a not in COSTS]
     if unknown or not algorithms or not protocols:
         raise ValueError(f"tune needs algorithms with a cost formula ({', '.join(COSTS)})"

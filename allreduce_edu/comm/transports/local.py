@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
+import numpy as np
+
 from ..base import Communicator, Request
+from ..errors import CollectiveMismatch, CollectiveTimeout
 from ..mailbox import Message
 
 
@@ -12,6 +18,27 @@ class LocalWorld:
     def __init__(self, world_size: int, timeout: float = 30.0):
         self.comms = [LocalCommunicator(self, rank, world_size, timeout)
                       for rank in range(world_size)]
+        self.windows: dict[int, dict[int, np.ndarray]] = {}  # window number -> rank -> its memory
+        self._joined = threading.Condition()
+
+    def join_window(self, number: int, rank: int, memory: np.ndarray, deadline: float) -> list:
+        """Every rank's memory of window `number`, once all have joined (comm.window)."""
+        with self._joined:
+            ranks = self.windows.setdefault(number, {})
+            ranks[rank] = memory
+            self._joined.notify_all()
+            while len(ranks) < len(self.comms):
+                if not self._joined.wait(max(0.0, deadline - time.monotonic())):
+                    missing = sorted(set(range(len(self.comms))) - set(ranks))
+                    raise CollectiveTimeout(f"rank {rank}: ranks {missing} did not open symmetric "
+                                            f"window {number} in time", ranks=tuple(missing))
+            sizes = {r: m.size for r, m in ranks.items() if m.size != memory.size}
+            if sizes:
+                other = min(sizes)
+                raise CollectiveMismatch(f"rank {other} opened window {number} with "
+                                         f"{sizes[other]} bytes, rank {rank} with {memory.size}",
+                                         ranks=(other, rank))
+            return [ranks[r] for r in range(len(self.comms))]
 
     def deliver(self, dst: int, msg: Message) -> None:
         """Into rank `dst`'s mailbox."""
@@ -25,6 +52,18 @@ class LocalCommunicator(Communicator):
     def __init__(self, world: LocalWorld, rank: int, world_size: int, timeout: float = 30.0):
         super().__init__(rank, world_size, timeout)
         self._world = world
+        self._windows = 0
+
+    def open_window(self, nbytes: int) -> list:
+        """A window of `nbytes` on this rank, and every rank's (comm.window.rendezvous): threads
+        share one process, so a window is plain memory every rank can reach."""
+        self._windows += 1
+        memory = self._world.join_window(self._windows, self.rank, np.zeros(nbytes, np.uint8),
+                                         time.monotonic() + self.timeout)
+        return self._windows, memory, lambda: None
+
+    def close_window(self, number: int) -> None:
+        self._world.windows.pop(number, None)
 
     def _post(self, dst: int, msg: Message, chunk) -> Request:
         request = Request(self, dst, msg.tag, msg.array.nbytes, msg.step, chunk)

@@ -25,6 +25,7 @@ from ...auth import RANK_KEY, TLS, TOKEN_KEY, TokenInterceptor
 from ...base import Communicator, Request
 from ...errors import CollectiveError
 from ...mailbox import Message
+from ...window import WindowsUnavailable
 from ...wire import CHUNK_BYTES, MAX_MESSAGE_BYTES, Assembler, WireError
 from .link import EXCHANGE, SERVICE, GrpcRequest, PeerLink  # noqa: F401 - re-exported
 
@@ -79,6 +80,7 @@ class GrpcCommunicator(Communicator):
         self.closing = False
         self.streams: dict[int, PeerLink] = {}  # the gRPC link to every peer
         self.routes: dict = {}  # peer -> the link its messages take (gRPC, or shared memory)
+        self.windows_opened = 0  # symmetric windows so far (comm.window)
         self.transport = "grpc" if nearby is None else "shm"
         # the server's threads: kept, so that close() ends them (grpc's stop() leaves them idle)
         self._serving = futures.ThreadPoolExecutor(max_workers=world_size + 8,
@@ -145,6 +147,19 @@ class GrpcCommunicator(Communicator):
     def _pump(self, src: int):
         link = self.routes.get(src)
         return None if link is None else link.pump
+
+    def open_window(self, nbytes: int):
+        """This rank's symmetric window and every peer's, mapped here (comm.window.rendezvous):
+        over shared memory only, so the shm transport with every rank on this machine."""
+        if self.nearby is None:
+            raise WindowsUnavailable(f"rank {self.rank}: the grpc transport cannot map its peers' "
+                                     f"memory: run on Cluster(transport='shm') for windows")
+        self.windows_opened += 1
+        return self.windows_opened, *self.nearby.open_window(
+            self.windows_opened, nbytes, time.monotonic() + self.timeout)
+
+    def close_window(self, number: int) -> None:
+        self.nearby.close_window(number)
 
     def peers_on_shm(self) -> list[int]:
         """The ranks this one reaches through shared memory (none: every message is gRPC)."""

@@ -28,6 +28,7 @@ from ...errors import RankFailure
 from . import linux, portable
 from .backend import ENV
 from .link import TICK, ShmLink
+from .window import close_window, open_window
 
 log = logging.getLogger("allreduce_edu")
 
@@ -44,6 +45,7 @@ class ShmLinks:
         self._arrived = threading.Condition()
         self._closing = False
         self.refused = 0  # diallers turned away: strangers, or a peer that dialled twice
+        self.windows: dict = {}  # window number -> this rank's window (comm.window)
         self.backend = chosen()(scratch)
         self._listener = self.backend.listen()
         # what Ping hands out: the backend too, so that two backends never dial each other
@@ -127,6 +129,13 @@ class ShmLinks:
         with self._arrived:
             self.links[peer] = ShmLink(self.comm, peer, channel, self.backend)
             self._arrived.notify_all()
+
+    def open_window(self, number: int, size: int, deadline: float):
+        """Every rank's symmetric window `number` (window.py)."""
+        return open_window(self, number, size, deadline)
+
+    def close_window(self, number: int) -> None:
+        close_window(self, number)
 
     def close(self) -> None:
         """Stop accepting, end every link (the peers see end of file)."""

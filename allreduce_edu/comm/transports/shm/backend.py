@@ -133,8 +133,9 @@ class Backend(Protocol):
     def new_segment(self, id: int, size: int) -> Segment:
         ...
 
-    def open_segment(self, id: int, size: int, handle) -> Segment:
-        """The peer's segment; ValueError or OSError if `handle` is not one."""
+    def open_segment(self, id: int, size: int, handle, shared: bool = False) -> Segment:
+        """The peer's segment; ValueError or OSError if `handle` is not one. `shared`: other
+        ranks map it too (a symmetric window), so its name, if it has one, stays for them."""
         ...
 
     def discard(self, handle) -> None:

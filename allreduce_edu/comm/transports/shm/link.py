@@ -18,10 +18,12 @@ from ...wire import Assembler, WireError, check_header, to_message
 from .backend import INLINE_BYTES, Backend, Channel
 from .doorbell import Head, frames, pack, unpack
 from .segments import MIN_SEGMENT, POOL_BYTES, Lease, Outbox, Pool
+from .window import KIND as WINDOW  # noqa: I001
+from .window import take as take_window
 
 log = logging.getLogger("allreduce_edu")
 
-MESSAGE, RELEASE = b"M", b"R"  # a frame's first byte: a message, or "I am done with segment n"
+MESSAGE, RELEASE = b"M", b"R"  # a frame's first byte (or WINDOW): a message, or "done with n"
 TICK = 0.5  # how often waiting threads look whether their communicator is closing
 QUIET = TICK  # the link's thread reads only after this long without a recv (waking it: ~30 us)
 
@@ -42,6 +44,7 @@ class ShmLink:
         self.pool = Pool(backend.new_segment)
         self.copied = 0  # bytes copied into segments or frames (not those filled in place)
         self.theirs: dict = {}  # segment id -> the peer's segment, mapped here
+        self.windows: dict = {}  # window number -> the peer's window, mapped here (window.py)
         self.leased: set[int] = set()
         self.error: RankFailure | None = None
         self._lock = threading.RLock()  # a release may be sent by a finaliser inside a send
@@ -51,7 +54,6 @@ class ShmLink:
                                         name=f"rank{comm.rank}-shm-from-{peer}")
         self._thread.start()
 
-    # --- sending -------------------------------------------------------------------------------
     def send(self, msg: Message, chunk) -> Request:
         """Post `msg` (eager: the data is in the segment when this returns)."""
         self.post(msg)
@@ -66,9 +68,8 @@ class ShmLink:
         outbox = self.outbox(shape, dtype)
         return np.empty(shape, dtype) if outbox is None else outbox
 
-    def abort(self, error) -> None:
-        """Nothing in flight to fail: a posted message is already in the peer's hands."""
-
+    def abort(self, error) -> None:  # nothing in flight to fail: a posted message is the peer's
+        return
     def post(self, msg: Message) -> None:
         """Copy `msg` into a segment (or the frame) and ring the peer's doorbell."""
         nbytes = msg.array.nbytes
@@ -106,6 +107,9 @@ class ShmLink:
         self._seq += 1
         return self._seq
 
+    def send_frame(self, buffers: list, handle=None) -> None:  # one frame of another kind
+        with self._lock:
+            self._send(buffers, handle)
     def _send(self, buffers: list, handle=None) -> None:
         """One frame (under `_lock`); a sender whose peer cannot take it reads meanwhile."""
         c = self.comm
@@ -232,6 +236,9 @@ class ShmLink:
                         or not self.pool.release(int.from_bytes(body, "little"))):
                     raise WireError("a release of a segment this rank never sent")
                 return
+            if kind == WINDOW:  # the peer's symmetric window
+                given, handle = handle, None
+                return take_window(self, body, given)
             if kind != MESSAGE:
                 raise WireError(f"unknown frame kind {kind!r}")
             h, payload = unpack(body)

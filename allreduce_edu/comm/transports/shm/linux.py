@@ -233,7 +233,7 @@ class Linux:
     def new_segment(self, id: int, size: int) -> MemfdSegment:
         return MemfdSegment(id, size)
 
-    def open_segment(self, id: int, size: int, handle) -> MemfdSegment:
+    def open_segment(self, id: int, size: int, handle, shared: bool = False) -> MemfdSegment:
         if not isinstance(handle, int):
             raise ValueError(f"segment {id} came without its descriptor")
         return MemfdSegment(id, size, handle)

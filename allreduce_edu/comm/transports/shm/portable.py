@@ -76,8 +76,9 @@ def _unlink(path: str) -> None:
 class NamedSegment:
     """Named shared memory mapped into this process; `handle` is its name until the peer has it."""
 
-    def __init__(self, id: int, size: int, prefix: str, name: str | None = None):
-        self.id, self.size = id, size
+    def __init__(self, id: int, size: int, prefix: str, name: str | None = None,
+                 shared: bool = False):
+        self.id, self.size, self.shared = id, size, shared
         owner = name is None
         self.name = name or prefix + secrets.token_hex(12)
         self.path = None if WINDOWS else os.path.join(scratch_base(), self.name)
@@ -112,7 +113,7 @@ class NamedSegment:
             raise
         finally:
             os.close(fd)
-            if not owner:  # mapped (or refused): its name is no longer needed by anyone
+            if not owner and not self.shared:  # mapped (or refused): nobody needs its name
                 self.unlink()
 
     def handed_over(self) -> None:
@@ -211,10 +212,11 @@ class Portable:
     def new_segment(self, id: int, size: int) -> NamedSegment:
         return NamedSegment(id, size, self.prefix)
 
-    def open_segment(self, id: int, size: int, handle) -> NamedSegment:
+    def open_segment(self, id: int, size: int, handle, shared: bool = False) -> NamedSegment:
+        """`shared`: other peers map it too (a window): its owner removes the name, not we."""
         if not isinstance(handle, str) or not NAMES.fullmatch(handle):
             raise ValueError(f"segment {id} came without a name this rank would open")
-        return NamedSegment(id, size, self.prefix, handle)
+        return NamedSegment(id, size, self.prefix, handle, shared)
 
     def discard(self, handle) -> None:
         """A name is nothing to close."""

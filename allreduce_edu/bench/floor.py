@@ -1,0 +1,106 @@
+"""The mechanism's floor: a bare blocking ping-pong of 8 bytes between two Python processes over
+`os.pipe` (lesson 18; `allreduce-edu bench` prints it beside the transport's point-to-point line).
+
+Nothing of the package is on this path: no header, no mailbox, no thread; one `os.write` and one
+`os.read` each way. Whatever a transport's 8-byte one-way time adds to this is its own per-message
+cost. Windows has no descriptors to pass to a child: there the two ends are a
+`multiprocessing` pipe (a named pipe), the nearest bare mechanism it has.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from ..collectives import runs_on
+from ..comm.window import rendezvous
+
+ECHO = """
+import os, sys
+r, w = int(sys.argv[1]), int(sys.argv[2])
+while True:
+    b = os.read(r, 8)
+    if not b:
+        break
+    os.write(w, b)
+"""
+
+
+def _echo_windows(conn):  # pragma: no cover - Windows only
+    while True:
+        try:
+            conn.send_bytes(conn.recv_bytes())
+        except EOFError:
+            return
+
+
+def pipe_one_way_us(rounds: int = 2000, warmup: int = 200) -> float:
+    """Median one-way time of an 8-byte ping-pong over a pipe, in µs (half a round trip)."""
+    if sys.platform == "win32":  # pragma: no cover - no pass_fds on Windows
+        return _windows_one_way_us(rounds, warmup)
+    to_child, from_parent = os.pipe()
+    from_child, to_parent = os.pipe()
+    child = subprocess.Popen([sys.executable, "-c", ECHO, str(to_child), str(to_parent)],
+                             pass_fds=(to_child, to_parent))
+    os.close(to_child)
+    os.close(to_parent)
+    times = np.empty(rounds)
+    try:
+        for i in range(warmup + rounds):
+            t = time.perf_counter()
+            os.write(from_parent, b"12345678")
+            os.read(from_child, 8)
+            if i >= warmup:
+                times[i - warmup] = time.perf_counter() - t
+    finally:
+        os.close(from_parent)
+        os.close(from_child)
+        child.wait(10)
+    return float(np.median(times)) / 2 * 1e6
+
+
+def _windows_one_way_us(rounds: int, warmup: int) -> float:  # pragma: no cover - Windows only
+    import multiprocessing as mp
+    here, there = mp.get_context("spawn").Pipe()
+    child = mp.get_context("spawn").Process(target=_echo_windows, args=(there,), daemon=True)
+    child.start()
+    times = np.empty(rounds)
+    try:
+        for i in range(warmup + rounds):
+            t = time.perf_counter()
+            here.send_bytes(b"12345678")
+            here.recv_bytes()
+            if i >= warmup:
+                times[i - warmup] = time.perf_counter() - t
+    finally:
+        here.close()
+        child.join(10)
+    return float(np.median(times)) / 2 * 1e6
+
+
+def window_one_way(comm, rounds: int = 500, warmup: int = 50) -> float | None:
+    """On every rank: the median one-way time, in µs, of an 8-byte put + put_signal ping-pong
+    between ranks 0 and 1 on a symmetric window (comm.window); None where there are no windows."""
+    if comm.world_size < 2 or not runs_on("one_shot", comm):
+        return None
+    window = rendezvous(comm, 64)
+    value, times = np.ones(1), np.empty(rounds)
+    for i in range(warmup + rounds if comm.rank < 2 else 0):
+        t = time.perf_counter()
+        if comm.rank == 0:
+            window.put(1, value)
+            window.put_signal(1)
+            window.wait_signal(1)
+        else:
+            window.wait_signal(0)
+            window.put(0, value)
+            window.put_signal(0)
+        if i >= warmup:
+            times[i - warmup] = time.perf_counter() - t
+    window.barrier()
+    window.close()
+    return float(np.median(times)) / 2 * 1e6 if comm.rank == 0 else None

@@ -1,0 +1,147 @@
+"""One-shot and two-shot all-reduce on symmetric windows (comm.window). Introduced in lessons/18.
+
+No messages: every rank writes its input into its own window, signals every peer, and reads what
+it needs straight from theirs (NCCL's symmetric kernels since 2.27, torch's
+`symm_mem.one_shot_all_reduce` / `two_shot_all_reduce_`, vLLM's custom all-reduce).
+
+- one-shot: every rank reads every peer's whole buffer and reduces all N itself. One round of
+  signals; (N−1)·S bytes read per rank. Wins while S is small: latency is all there is.
+- two-shot: rank r reduces slice r from every window (reduce-scatter), publishes it, and every rank
+  reads each reduced slice from its owner (all-gather). Two rounds; 2(N−1)/N·S bytes per rank.
+
+Both add the N contributions in rank order on every rank, so every rank holds identical bits.
+The scratch window is the communicator's, kept between calls and grown when a call needs more; it
+has two halves, used by alternate calls, so a rank may start the next call while a slow peer still
+reads the last one (it cannot be two calls behind: each call waits for every peer's signal).
+Each half starts with a stamp of the call (what it reduces: shape, dtype, op), which every reader
+checks, so ranks that called differently fail with CollectiveMismatch, not a wrong sum.
+A reader's read of a peer's window is a trace event from that peer to the reader (what replay and
+the animations draw, as for a message).
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+import zlib
+
+import numpy as np
+
+from ..comm.errors import CollectiveMismatch
+from ..comm.window import rendezvous
+from ..model import costmodel
+from ..trace import Event
+from .registry import allreduce_algorithm, reduce_into, split_bounds
+
+HEADER = 64  # a half's first bytes: the call's stamp
+MIN_CAPACITY = 64 << 10  # the smallest region a scratch window is made with
+_SCRATCH: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # comm -> [window, calls]
+
+
+def scratch(comm, nbytes: int, regions: int):
+    """The communicator's scratch window, with room for `regions` × `nbytes` in each half, and the
+    byte offset of this call's half (every rank of a collective asks the same: ranks that asked
+    for a different size would open windows of different sizes, which rendezvous refuses)."""
+    held = _SCRATCH.get(comm)
+    if held is None or held[0].nbytes < 2 * (HEADER + regions * nbytes):
+        capacity = max(MIN_CAPACITY, 1 << (max(regions * nbytes, 1) - 1).bit_length())
+        if held is not None:
+            held[0].close()
+        held = _SCRATCH[comm] = [rendezvous(comm, 2 * (HEADER + capacity)), 0]
+    held[1] += 1
+    return held[0], (held[1] % 2) * (held[0].nbytes // 2)
+
+
+def _stamp(comm, x: np.ndarray) -> np.ndarray:
+    call = comm.current_call()
+    what = f"{call.signature.collective}/{call.signature.algorithm} {call.signature.op} " \
+           f"{x.dtype} {x.shape}"
+    return np.array([zlib.crc32(what.encode()), x.nbytes], np.uint64)
+
+
+def _check_stamp(comm, window, src: int, half: int, stamp: np.ndarray) -> None:
+    theirs = window.get_buffer(src, 2, np.uint64, half)
+    if not np.array_equal(theirs, stamp):
+        raise CollectiveMismatch(
+            f"rank {src} called a different all-reduce on the window than rank {comm.rank} "
+            f"({comm.current_call().signature}; {int(theirs[1])} bytes against {int(stamp[1])}): "
+            f"every rank must call it with the same shape, dtype and op", ranks=(src, comm.rank))
+
+
+def _publish(comm, window, half: int, x: np.ndarray, stamp: np.ndarray) -> None:
+    """My input into my window, stamped; then a signal to every peer."""
+    window.get_buffer(comm.rank, 2, np.uint64, half)[:] = stamp
+    window.get_buffer(comm.rank, x.shape, x.dtype, half + HEADER)[...] = x
+    for k in range(1, comm.world_size):
+        window.put_signal((comm.rank + k) % comm.world_size)
+
+
+def _read(comm, src: int, tag: str, nbytes: int, chunk, t_start: float) -> None:
+    """Record rank `src`'s bytes read by this rank as a trace event (src -> this rank)."""
+    if src != comm.rank:
+        comm.trace.record(Event(src, comm.rank, tag, 0, nbytes, t_start, time.perf_counter(),
+                                chunk, comm.current_call().label, "window"))
+
+
+@allreduce_algorithm("one_shot", layout="circle", phases=("one_shot",), cost=costmodel.one_shot,
+                     colour="#56B4E9", needs="windows")
+def allreduce_one_shot(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
+    """Every rank reads every peer's whole buffer from its window and reduces all N (one round)."""
+    if comm.world_size == 1:
+        return x.copy()
+    window, half = scratch(comm, x.nbytes, 1)
+    stamp = _stamp(comm, x)
+    _publish(comm, window, half, x, stamp)
+    acc = None
+    for src in range(comm.world_size):  # in rank order: every rank adds in the same order
+        if src != comm.rank:
+            window.wait_signal(src)
+            _check_stamp(comm, window, src, half, stamp)
+        t_start = time.perf_counter()
+        theirs = window.get_buffer(src, x.shape, x.dtype, half + HEADER)
+        acc = theirs.copy() if acc is None else reduce_into(acc, theirs, op)
+        _read(comm, src, "one_shot", x.nbytes, None, t_start)
+    return acc
+
+
+@allreduce_algorithm("two_shot", layout="ring", phases=("reduce_scatter", "all_gather"),
+                     cost=costmodel.two_shot, colour="#009E73", needs="windows")
+def allreduce_two_shot(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
+    """Rank r reduces slice r from every window, publishes it, and reads every other reduced slice
+    from its owner (two rounds)."""
+    n, r = comm.world_size, comm.rank
+    if n == 1:
+        return x.copy()
+    window, half = scratch(comm, x.nbytes, 2)
+    stamp = _stamp(comm, x)
+    _publish(comm, window, half, x, stamp)
+    bounds, size, item = split_bounds(x.size, n), x.size, x.itemsize
+    inputs, reduced = half + HEADER, half + HEADER + x.nbytes  # region A, region B
+
+    def piece(rank: int, region: int, owner: int) -> np.ndarray:
+        """Slice `owner` of region A or B in `rank`'s window."""
+        lo, hi = bounds[owner], bounds[owner + 1]
+        return window.get_buffer(rank, hi - lo, x.dtype, region + lo * item)
+
+    acc = None
+    for src in range(n):  # reduce-scatter: slice r from every window, in rank order
+        if src != r:
+            window.wait_signal(src)
+            _check_stamp(comm, window, src, half, stamp)
+        t_start = time.perf_counter()
+        theirs = piece(src, inputs, r)
+        acc = theirs.copy() if acc is None else reduce_into(acc, theirs, op)
+        _read(comm, src, "reduce_scatter", acc.nbytes, (r, r + 1), t_start)
+    piece(r, reduced, r)[:] = acc
+    for k in range(1, n):
+        window.put_signal((r + k) % n)
+    out = np.empty(size, x.dtype)
+    for k in range(n):  # all-gather: each reduced slice from its owner
+        src = (r + k) % n
+        if src != r:
+            window.wait_signal(src)
+        t_start = time.perf_counter()
+        out[bounds[src]:bounds[src + 1]] = piece(src, reduced, src)
+        _read(comm, src, "all_gather", (bounds[src + 1] - bounds[src]) * item, (src, src + 1),
+              t_start)
+    return out.reshape(x.shape)
