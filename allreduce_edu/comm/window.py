@@ -23,14 +23,16 @@ against reuse: lesson 18 shows the stale flag they prevent). A store of the coun
 8-byte store after a memory fence, so everything written before it is visible before it, on
 x86 and on ARM (Apple's) alike (a Numba kernel: Python has no fence of its own).
 
-A wait spins a little (a signal usually comes within microseconds), then naps, longer and longer
-up to NAP_MAX: four ranks share two cores here, and a waiter that never slept would take the core
-of the rank it waits for. Between naps it asks the mailbox whether the peer is gone or the call
-aborted (RankFailure, CollectiveAborted) and checks its deadline (CollectiveTimeout).
+A wait spins a little (a signal usually comes within microseconds), giving its core away at every
+look (sched_yield) to any rank that is waiting for one, then naps, longer and longer up to NAP_MAX:
+four ranks share two cores here, and a waiter that kept its core would starve the rank it waits
+for. Between naps it asks the mailbox whether the peer is gone or the call aborted (RankFailure,
+CollectiveAborted) and checks its deadline (CollectiveTimeout).
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -40,8 +42,9 @@ from .errors import CollectiveError, CollectiveTimeout
 CHANNELS = 4  # signal channels per window (torch: as many as its pad holds)
 ALIGN = 64  # the data starts on a cache line
 MAX_WINDOW_BYTES = 1 << 30  # one window's data, at most (every rank maps every peer's: N times it)
-SPIN_S = 30e-6  # how long a wait spins before its first nap
+SPIN_S = 300e-6  # how long a wait spins (yielding the core at every look) before its first nap
 NAP_MAX = 1e-3  # the longest nap between two looks
+YIELD = getattr(os, "sched_yield", lambda: time.sleep(0))  # Windows has no sched_yield
 
 
 class WindowsUnavailable(CollectiveError):
@@ -68,7 +71,7 @@ def rendezvous(comm, nbytes: int) -> SymmetricMemory:
     total = pad_bytes(comm.world_size) + -(-int(nbytes) // ALIGN) * ALIGN
     number, buffers, settled = opener(total)
     window = SymmetricMemory(comm, int(nbytes), buffers, number)
-    window.barrier()  # every rank has mapped every window: names, descriptors may go
+    window.barrier(CHANNELS - 1)  # every rank has mapped every window: names may go
     settled()
     return window
 
@@ -119,16 +122,20 @@ class SymmetricMemory:
         """Wait until rank `src` has signalled this rank on `channel` once more than it had when
         this rank last waited for it; spin, then nap (module docstring)."""
         self.comm.check_peer(src, "src")
-        self.seen[src, channel] += 1
-        wanted, pad, load = self.seen[src, channel], self.pads[self.rank], self.load
-        if load(pad, channel, src) >= wanted:
-            return
+        wanted, pad, load = self.seen[src, channel] + 1, self.pads[self.rank], self.load
+        if load(pad, channel, src) < wanted:
+            self._wait(src, channel, wanted, timeout)
+        self.seen[src, channel] = wanted  # only once it came: a wait that failed took nothing
+
+    def _wait(self, src: int, channel: int, wanted: int, timeout: float | None) -> None:
+        pad, load = self.pads[self.rank], self.load
         start = time.monotonic()
         deadline = start + (self.comm.timeout if timeout is None else timeout)
         nap = 0.0
         while load(pad, channel, src) < wanted:
             now = time.monotonic()
             if now - start < SPIN_S:
+                YIELD()  # a peer waiting for this core gets it; else this returns at once
                 continue
             trouble = self.comm.mailbox.trouble(src, f"its signal on channel {channel}")
             if trouble is not None:
@@ -136,8 +143,8 @@ class SymmetricMemory:
             if now > deadline:
                 raise CollectiveTimeout(
                     f"rank {self.rank} waited past its deadline for signal {int(wanted)} on "
-                    f"channel {channel} from rank {src} (slot {channel}×{self.world_size}+{src} "
-                    f"of its pad held {int(load(pad, channel, src))}); is rank {src} stuck, or "
+                    f"channel {channel} from rank {src} (slot [{channel}, {src}] of its signal pad "
+                    f"held {int(load(pad, channel, src))}); is rank {src} stuck, or "
                     f"did it call something else?", ranks=(src,), waiting_for=src)
             time.sleep(nap)
             nap = min(NAP_MAX, nap * 2 or 20e-6)
