@@ -10,7 +10,8 @@ from pathlib import Path
 
 from . import bench, course
 from .bench.demo import demo
-from .collectives import ALGORITHMS
+from .collectives import ALGORITHMS, DESCRIPTIONS
+from .comm.window import TRANSPORTS as WINDOW_TRANSPORTS
 from .runtime import launch, limits
 from .runtime.cluster import TRANSPORTS
 from .runtime.limits import check_world_size
@@ -139,8 +140,9 @@ def build_parser() -> Parser:
                    help="--op layernorm: comma-separated row counts")
     p.add_argument("--hidden", type=_typed(_ints, "hidden"), default=[1024, 4096],
                    help="--op layernorm: comma-separated hidden sizes")
-    p.add_argument("--algorithm", default=",".join(ALGORITHMS),
-                   help=f"comma-separated, from {', '.join(ALGORITHMS)} (default: all)")
+    p.add_argument("--algorithm", default="",
+                   help=f"comma-separated, from {', '.join(ALGORITHMS)} (default: every one the "
+                        f"transport runs; one_shot and two_shot need shm or local)")
     p.add_argument("--transport", choices=TRANSPORTS, default="grpc", help="default grpc")
     p.add_argument("-b", "--minbytes", type=SIZE, default=8,
                    help="smallest size, e.g. 8, 64K (default 8)")
@@ -234,11 +236,17 @@ def plan(args):
                                     args.dtype, args.iters, args.warmup)
     if args.device == "cuda":
         raise ValueError("--device cuda times the norm kernels: add --op layernorm")
-    algorithms = [a.strip() for a in args.algorithm.split(",") if a.strip()]
+    windows = args.transport in WINDOW_TRANSPORTS  # one_shot and two_shot need them
+    algorithms = ([a.strip() for a in args.algorithm.split(",") if a.strip()] if args.algorithm
+                  else [a for a in ALGORITHMS if windows or DESCRIPTIONS[a].needs != "windows"])
     unknown = [a for a in algorithms if a not in ALGORITHMS]
     if unknown or not algorithms:
         raise ValueError(f"unknown algorithm(s) {', '.join(unknown) or repr(args.algorithm)}; "
                          f"valid: {', '.join(ALGORITHMS)}")
+    windowless = [a for a in algorithms if DESCRIPTIONS[a].needs == "windows" and not windows]
+    if windowless:
+        raise ValueError(f"{', '.join(windowless)} run on symmetric windows, which the "
+                         f"{args.transport} transport has not: use --transport shm")
     if args.minbytes > args.maxbytes:
         raise ValueError(f"-b {args.minbytes} is larger than -e {args.maxbytes}: "
                          f"the sizes run from -b up to -e")

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from ..collectives import ALGORITHMS, allreduce
+from ..collectives import allreduce, available
 from ..runtime import Cluster
 from ..trace import format_bytes
 
@@ -30,7 +30,7 @@ def demo(world_size: int = 4, count: int = 1 << 18, seed: int = 0, transport: st
           f"{'time (ms)':>11}  correct")
     all_ok = True
     with Cluster(world_size, transport=transport) as cluster:
-        for algorithm in ALGORITHMS:
+        for algorithm in cluster.run(available)[0]:  # one_shot, two_shot: on shm and threads
             results = cluster.run(_demo_rank, algorithm, count, seed)
             outputs, seconds = zip(*results, strict=True)
             ok = (all(np.array_equal(o, outputs[0]) for o in outputs)

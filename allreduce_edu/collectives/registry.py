@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..comm.base import check_array
+from ..comm.window import TRANSPORTS as WINDOW_TRANSPORTS
 from ..model import costmodel
 from ..ops import OPS, check_op
 
@@ -109,7 +110,7 @@ def runs_on(name: str, comm) -> bool:
     """Whether algorithm `name` can run on `comm` (one that needs windows needs `open_window`:
     the thread transport, shm; gRPC's communicator refuses when it opens one)."""
     return DESCRIPTIONS[name].needs != "windows" or (
-        hasattr(comm, "open_window") and getattr(comm, "transport", "") in ("local", "shm"))
+        hasattr(comm, "open_window") and getattr(comm, "transport", "") in WINDOW_TRANSPORTS)
 
 
 def available(comm) -> list[str]:

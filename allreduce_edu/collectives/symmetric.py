@@ -21,6 +21,7 @@ the animations draw, as for a message).
 
 from __future__ import annotations
 
+import functools
 import time
 import weakref
 import zlib
@@ -52,35 +53,46 @@ def scratch(comm, nbytes: int, regions: int):
     return held[0], (held[1] % 2) * (held[0].nbytes // 2)
 
 
-def _stamp(comm, x: np.ndarray) -> np.ndarray:
-    call = comm.current_call()
-    what = f"{call.signature.collective}/{call.signature.algorithm} {call.signature.op} " \
-           f"{x.dtype} {x.shape}"
-    return np.array([zlib.crc32(what.encode()), x.nbytes], np.uint64)
+@functools.lru_cache(maxsize=256)
+def _stamp_of(what: str, nbytes: int) -> tuple[int, int]:
+    return zlib.crc32(what.encode()), nbytes
 
 
-def _check_stamp(comm, window, src: int, half: int, stamp: np.ndarray) -> None:
-    theirs = window.get_buffer(src, 2, np.uint64, half)
-    if not np.array_equal(theirs, stamp):
+def _stamp(call, x: np.ndarray) -> tuple[int, int]:
+    """What this call reduces, as two numbers every reader compares with its own."""
+    return _stamp_of(f"{call.label} {call.signature.op} {x.dtype} {x.shape}", x.nbytes)
+
+
+def _check_stamp(comm, call, theirs: np.ndarray, src: int, stamp: tuple[int, int]) -> None:
+    if (int(theirs[0]), int(theirs[1])) != stamp:
         raise CollectiveMismatch(
             f"rank {src} called a different all-reduce on the window than rank {comm.rank} "
-            f"({comm.current_call().signature}; {int(theirs[1])} bytes against {int(stamp[1])}): "
-            f"every rank must call it with the same shape, dtype and op", ranks=(src, comm.rank))
+            f"({call.signature}; {int(theirs[1])} bytes against {stamp[1]}): every rank must "
+            f"call it with the same shape, dtype and op", ranks=(src, comm.rank))
 
 
-def _publish(comm, window, half: int, x: np.ndarray, stamp: np.ndarray) -> None:
+def _views(window, half: int, x: np.ndarray, offset: int = 0) -> list[np.ndarray]:
+    """Each rank's stamp and, from `offset`, an array like `x` in this call's half of its window
+    (checked once here: the loops below index them directly)."""
+    window.get_buffer(window.rank, x.shape, x.dtype, half + HEADER + offset)  # fits, or raises
+    start = half + HEADER + offset
+    return [(data[half:half + 16].view(np.uint64),
+             data[start:start + x.nbytes].view(x.dtype).reshape(x.shape)) for data in window.data]
+
+
+def _publish(comm, window, mine, x: np.ndarray, stamp: tuple[int, int]) -> None:
     """My input into my window, stamped; then a signal to every peer."""
-    window.get_buffer(comm.rank, 2, np.uint64, half)[:] = stamp
-    window.get_buffer(comm.rank, x.shape, x.dtype, half + HEADER)[...] = x
+    mine[0][:] = stamp
+    mine[1][...] = x
     for k in range(1, comm.world_size):
         window.put_signal((comm.rank + k) % comm.world_size)
 
 
-def _read(comm, src: int, tag: str, nbytes: int, chunk, t_start: float) -> None:
+def _read(comm, call, src: int, tag: str, nbytes: int, chunk, t_start: float) -> None:
     """Record rank `src`'s bytes read by this rank as a trace event (src -> this rank)."""
     if src != comm.rank:
         comm.trace.record(Event(src, comm.rank, tag, 0, nbytes, t_start, time.perf_counter(),
-                                chunk, comm.current_call().label, "window"))
+                                chunk, call.label, "window"))
 
 
 @allreduce_algorithm("one_shot", layout="circle", phases=("one_shot",), cost=costmodel.one_shot,
@@ -90,17 +102,17 @@ def allreduce_one_shot(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
     if comm.world_size == 1:
         return x.copy()
     window, half = scratch(comm, x.nbytes, 1)
-    stamp = _stamp(comm, x)
-    _publish(comm, window, half, x, stamp)
+    call = comm.current_call()
+    stamp, views = _stamp(call, x), _views(window, half, x)
+    _publish(comm, window, views[comm.rank], x, stamp)
     acc = None
-    for src in range(comm.world_size):  # in rank order: every rank adds in the same order
+    for src, (stamped, theirs) in enumerate(views):  # in rank order: every rank adds alike
         if src != comm.rank:
             window.wait_signal(src)
-            _check_stamp(comm, window, src, half, stamp)
+            _check_stamp(comm, call, stamped, src, stamp)
         t_start = time.perf_counter()
-        theirs = window.get_buffer(src, x.shape, x.dtype, half + HEADER)
         acc = theirs.copy() if acc is None else reduce_into(acc, theirs, op)
-        _read(comm, src, "one_shot", x.nbytes, None, t_start)
+        _read(comm, call, src, "one_shot", x.nbytes, None, t_start)
     return acc
 
 
@@ -113,35 +125,31 @@ def allreduce_two_shot(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
     if n == 1:
         return x.copy()
     window, half = scratch(comm, x.nbytes, 2)
-    stamp = _stamp(comm, x)
-    _publish(comm, window, half, x, stamp)
-    bounds, size, item = split_bounds(x.size, n), x.size, x.itemsize
-    inputs, reduced = half + HEADER, half + HEADER + x.nbytes  # region A, region B
-
-    def piece(rank: int, region: int, owner: int) -> np.ndarray:
-        """Slice `owner` of region A or B in `rank`'s window."""
-        lo, hi = bounds[owner], bounds[owner + 1]
-        return window.get_buffer(rank, hi - lo, x.dtype, region + lo * item)
-
+    call = comm.current_call()
+    flat = x.reshape(-1)
+    stamp, inputs = _stamp(call, x), _views(window, half, flat)
+    reduced = [v for _, v in _views(window, half, flat, x.nbytes)]  # region B, after region A
+    _publish(comm, window, inputs[r], flat, stamp)
+    bounds, item = split_bounds(x.size, n), x.itemsize
+    lo, hi = bounds[r], bounds[r + 1]
     acc = None
-    for src in range(n):  # reduce-scatter: slice r from every window, in rank order
+    for src, (stamped, theirs) in enumerate(inputs):  # reduce-scatter: slice r of every window
         if src != r:
             window.wait_signal(src)
-            _check_stamp(comm, window, src, half, stamp)
+            _check_stamp(comm, call, stamped, src, stamp)
         t_start = time.perf_counter()
-        theirs = piece(src, inputs, r)
-        acc = theirs.copy() if acc is None else reduce_into(acc, theirs, op)
-        _read(comm, src, "reduce_scatter", acc.nbytes, (r, r + 1), t_start)
-    piece(r, reduced, r)[:] = acc
+        acc = theirs[lo:hi].copy() if acc is None else reduce_into(acc, theirs[lo:hi], op)
+        _read(comm, call, src, "reduce_scatter", acc.nbytes, (r, r + 1), t_start)
+    reduced[r][lo:hi] = acc
     for k in range(1, n):
         window.put_signal((r + k) % n)
-    out = np.empty(size, x.dtype)
+    out = np.empty(x.size, x.dtype)
     for k in range(n):  # all-gather: each reduced slice from its owner
         src = (r + k) % n
         if src != r:
             window.wait_signal(src)
         t_start = time.perf_counter()
-        out[bounds[src]:bounds[src + 1]] = piece(src, reduced, src)
-        _read(comm, src, "all_gather", (bounds[src + 1] - bounds[src]) * item, (src, src + 1),
-              t_start)
+        a, b = bounds[src], bounds[src + 1]
+        out[a:b] = reduced[src][a:b]
+        _read(comm, call, src, "all_gather", (b - a) * item, (src, src + 1), t_start)
     return out.reshape(x.shape)

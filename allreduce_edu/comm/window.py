@@ -39,6 +39,7 @@ import numpy as np
 
 from .errors import CollectiveError, CollectiveTimeout
 
+TRANSPORTS = frozenset({"local", "shm"})  # the transports whose ranks can map each other's memory
 CHANNELS = 4  # signal channels per window (torch: as many as its pad holds)
 ALIGN = 64  # the data starts on a cache line
 MAX_WINDOW_BYTES = 1 << 30  # one window's data, at most (every rank maps every peer's: N times it)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
 import pytest
 
 from allreduce_edu.bench import allreduce as bench
-from allreduce_edu.collectives import ALGORITHMS
+from allreduce_edu.collectives import ALGORITHMS, DESCRIPTIONS
 
 
 def cli(*args, timeout=240) -> subprocess.CompletedProcess:
@@ -21,12 +22,13 @@ def cli(*args, timeout=240) -> subprocess.CompletedProcess:
 def test_demo_checks_every_algorithm_against_numpy():
     result = cli("demo", "-n", "3", "--count", "1001")
     assert result.returncode == 0, result.stderr
+    over_grpc = [a for a in ALGORITHMS if DESCRIPTIONS[a].needs != "windows"]  # not one_shot, two_shot
     rows = [line.split() for line in result.stdout.splitlines() if line.split() and line.split()[0] in ALGORITHMS]
-    assert [r[0] for r in rows] == list(ALGORITHMS)
+    assert [r[0] for r in rows] == over_grpc
     assert all(r[-1] == "yes" for r in rows), result.stdout
     lines = result.stdout.splitlines()
     assert lines[0].startswith("3 ranks over grpc") and lines[1].split()[:2] == ["algorithm", "steps"]
-    assert [line.split()[0] for line in lines[2:]] == list(ALGORITHMS)  # the header, then only rows
+    assert [line.split()[0] for line in lines[2:]] == over_grpc  # the header, then only rows
 
 
 @pytest.mark.processes
@@ -81,3 +83,22 @@ def test_point_to_point_latency_is_reported_as_percentiles():
     assert 0 < p2p["p50_us"] <= p2p["p99_us"]
     line = bench.format_p2p(p2p)
     assert f"(p50 {p2p['p50_us']:.0f} us, p99 {p2p['p99_us']:.0f} us)" in line
+
+
+def test_bench_refuses_windowed_algorithms_on_grpc_before_starting_ranks():
+    result = cli("bench", "-n", "2", "--algorithm", "ring,one_shot", "-b", "8", "-e", "8")
+    assert result.returncode == 2 and "one_shot run on symmetric windows, which the grpc transport " \
+        "has not: use --transport shm" in result.stderr, result.stderr
+
+
+@pytest.mark.processes
+def test_bench_on_shm_prints_the_pipe_floor_and_a_window_beside_send_recv():
+    result = cli("bench", "--transport", "shm", "-n", "2", "--algorithm", "one_shot,two_shot",
+                 "-b", "8", "-e", "64", "--iters", "5", "--warmup", "1")
+    assert result.returncode == 0, result.stderr
+    floor = re.search(r"a bare os.pipe ping-pong between two processes ([\d.]+) us; send/recv p50 = "
+                      r"([\d.]+)x it; a symmetric window's put \+ signal ([\d.]+) us = ([\d.]+)x it",
+                      result.stdout)
+    assert floor and float(floor[1]) > 0, result.stdout
+    assert [line.split()[3] for line in result.stdout.splitlines()
+            if line.split()[:1] == ["8"]] == ["one_shot", "two_shot"]

@@ -27,13 +27,21 @@ def test_each_protocol_says_why_and_trades_latency_for_bandwidth():
 def test_every_pair_is_predicted_by_its_formula_and_the_fastest_wins():
     alpha, beta = 5e-6, 1 / 10e9
     (row,) = tune(8, [1 << 16], (alpha, beta))
-    assert len(row["times"]) == len(costmodel.COSTS) * len(PROTOCOLS)
+    over_messages = set(costmodel.COSTS) - set(costmodel.NEEDS)  # one_shot, two_shot: when named
+    assert {a for a, _ in row["times"]} == over_messages and len(over_messages) >= 9
+    assert len(row["times"]) == len(over_messages) * len(PROTOCOLS)
     for (algorithm, name), seconds in row["times"].items():
         protocol = next(p for p in PROTOCOLS if p.name == name)
         assert seconds == pytest.approx(costmodel.predict(algorithm, 8, 1 << 16, alpha + protocol.alpha,
                                                           beta / protocol.efficiency))
     assert row["time"] == min(row["times"].values()) == row["times"][row["algorithm"], row["protocol"]]
     assert row["runner_up_time"] >= row["time"]
+
+
+def test_the_windowed_algorithms_get_rows_when_named_and_one_shot_wins_small_messages():
+    rows = tune(4, [8, 64 << 20], (5e-6, 1 / 10e9), ["ring", "one_shot", "two_shot"], SIMPLE)
+    assert {a for a, _ in rows[0]["times"]} == {"ring", "one_shot", "two_shot"}
+    assert rows[0]["algorithm"] == "one_shot" and rows[1]["algorithm"] in ("ring", "two_shot")
 
 
 def test_tree_below_the_crossover_ring_above_it():
