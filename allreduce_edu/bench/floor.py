@@ -66,7 +66,10 @@ def _pipe_one_way_us(rounds: int, warmup: int) -> float:
     finally:
         os.close(from_parent)
         os.close(from_child)
-        child.wait(10)
+        try:
+            child.wait(10)
+        except subprocess.TimeoutExpired:
+            child.kill()
     return float(np.median(times)) / 2 * 1e6
 
 
@@ -95,6 +98,13 @@ def window_one_way(comm, rounds: int = 500, warmup: int = 50) -> float | None:
     if comm.world_size < 2 or not runs_on("one_shot", comm):
         return None
     window = rendezvous(comm, 64)
+    try:
+        return _window_pingpong(comm, window, rounds, warmup)
+    finally:
+        window.close()
+
+
+def _window_pingpong(comm, window, rounds: int, warmup: int) -> float | None:
     value, times = np.ones(1), np.empty(rounds)
     for i in range(warmup + rounds if comm.rank < 2 else 0):
         t = time.perf_counter()
@@ -109,5 +119,4 @@ def window_one_way(comm, rounds: int = 500, warmup: int = 50) -> float | None:
         if i >= warmup:
             times[i - warmup] = time.perf_counter() - t
     window.barrier()
-    window.close()
     return float(np.median(times)) / 2 * 1e6 if comm.rank == 0 else None

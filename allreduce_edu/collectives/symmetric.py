@@ -10,11 +10,13 @@ it needs straight from theirs (NCCL's symmetric kernels since 2.27, torch's
   reads each reduced slice from its owner (all-gather). Two rounds; 2(N−1)/N·S bytes per rank.
 
 Both add the N contributions in rank order on every rank, so every rank holds identical bits.
-The scratch window is the communicator's, kept between calls and grown when a call needs more; it
-has two halves, used by alternate calls, so a rank may start the next call while a slow peer still
-reads the last one (it cannot be two calls behind: each call waits for every peer's signal).
-Each half starts with a stamp of the call (what it reduces: shape, dtype, op), which every reader
-checks, so ranks that called differently fail with CollectiveMismatch, not a wrong sum.
+The scratch window is the communicator's, kept between calls of one run (a run that failed part
+way leaves signal counts out of step: the next run opens a new one) and grown when a call needs
+more; it has two halves, used by alternate calls, so a rank may start the next call while a slow
+peer still reads the last one (it cannot be two calls behind: each call waits for every peer's
+signal). Each half starts with a stamp of the call (what it reduces: shape, dtype, op, and the
+call's number), which every reader checks, so ranks that called differently, or are out of step,
+fail with CollectiveMismatch, not a wrong sum.
 A reader's read of a peer's window is a trace event from that peer to the reader (what replay and
 the animations draw, as for a message).
 """
@@ -44,11 +46,13 @@ def scratch(comm, nbytes: int, regions: int):
     byte offset of this call's half (every rank of a collective asks the same: ranks that asked
     for a different size would open windows of different sizes, which rendezvous refuses)."""
     held = _SCRATCH.get(comm)
-    if held is None or held[0].nbytes < 2 * (HEADER + regions * nbytes):
+    epoch = getattr(comm, "epoch", 0)  # a new run starts from fresh counts on every rank
+    if held is None or held[2] != epoch or held[0].nbytes < 2 * (HEADER + regions * nbytes):
         capacity = max(MIN_CAPACITY, 1 << (max(regions * nbytes, 1) - 1).bit_length())
         if held is not None:
             held[0].close()
-        held = _SCRATCH[comm] = [rendezvous(comm, 2 * (HEADER + capacity)), 0]
+        _SCRATCH.pop(comm, None)
+        held = _SCRATCH[comm] = [rendezvous(comm, 2 * (HEADER + capacity)), 0, epoch]
     held[1] += 1
     return held[0], (held[1] % 2) * (held[0].nbytes // 2)
 
@@ -58,9 +62,11 @@ def _stamp_of(what: str, nbytes: int) -> tuple[int, int]:
     return zlib.crc32(what.encode()), nbytes
 
 
-def _stamp(call, x: np.ndarray) -> tuple[int, int]:
-    """What this call reduces, as two numbers every reader compares with its own."""
-    return _stamp_of(f"{call.label} {call.signature.op} {x.dtype} {x.shape}", x.nbytes)
+def _stamp(call, x: np.ndarray, number: int) -> tuple[int, int]:
+    """What this call reduces, and its number among the window's calls, as two numbers every
+    reader compares with its own (data left from another call never passes)."""
+    crc, nbytes = _stamp_of(f"{call.label} {call.signature.op} {x.dtype} {x.shape}", x.nbytes)
+    return crc ^ (number << 32), nbytes
 
 
 def _check_stamp(comm, call, theirs: np.ndarray, src: int, stamp: tuple[int, int]) -> None:
@@ -103,7 +109,7 @@ def allreduce_one_shot(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
         return x.copy()
     window, half = scratch(comm, x.nbytes, 1)
     call = comm.current_call()
-    stamp, views = _stamp(call, x), _views(window, half, x)
+    stamp, views = _stamp(call, x, _SCRATCH[comm][1]), _views(window, half, x)
     _publish(comm, window, views[comm.rank], x, stamp)
     acc = None
     for src, (stamped, theirs) in enumerate(views):  # in rank order: every rank adds alike
@@ -127,7 +133,7 @@ def allreduce_two_shot(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
     window, half = scratch(comm, x.nbytes, 2)
     call = comm.current_call()
     flat = x.reshape(-1)
-    stamp, inputs = _stamp(call, x), _views(window, half, flat)
+    stamp, inputs = _stamp(call, x, _SCRATCH[comm][1]), _views(window, half, flat)
     reduced = [v for _, v in _views(window, half, flat, x.nbytes)]  # region B, after region A
     _publish(comm, window, inputs[r], flat, stamp)
     bounds, item = split_bounds(x.size, n), x.itemsize

@@ -80,7 +80,7 @@ class Communicator(Comm):
         self.rank, self.world_size, self.timeout = rank, world_size, timeout
         self.trace = Trace()
         self.mailbox = Mailbox(rank, world_size)
-        self._epoch = 0
+        self.epoch = 0
         self._calls = Calls()
         self._synchronous = itertools.count(1)  # numbers this rank's synchronous sends
         self._progress: Progress | None = None  # the communication thread, once one is asked for
@@ -114,7 +114,7 @@ class Communicator(Comm):
         t_start = time.perf_counter()
         # the emulated link's time is part of the send; in flight, the message arrives later
         arrives = self.links.transmit(self.rank, dst, array.nbytes) if self.links else None
-        msg = Message(self.rank, tag, array if arrives is None else array.copy(), self._epoch,
+        msg = Message(self.rank, tag, array if arrives is None else array.copy(), self.epoch,
                       call.collective_id if call else 0, call.signature if call else None, step)
         if arrives is None:
             request = self._post(dst, msg, chunk)
@@ -137,7 +137,7 @@ class Communicator(Comm):
                              chunk=chunk)
         call = self._calls.current()
         request.tag = tag
-        request.synchronous = (self._epoch, call.collective_id if call else 0, number)
+        request.synchronous = (self.epoch, call.collective_id if call else 0, number)
         return request
 
     def ssend(self, dst: int, array, tag: str, *, step: int = -1, chunk=None) -> None:
@@ -168,7 +168,7 @@ class Communicator(Comm):
         deadline = time.monotonic() + (timeout if timeout is not None
                                        else call.timeout if call else self.timeout)
         with self._receiving(src):
-            msg = self.mailbox.take(src, tag, self._epoch, call.collective_id if call else 0,
+            msg = self.mailbox.take(src, tag, self.epoch, call.collective_id if call else 0,
                                      call.signature if call else None, deadline, self._pump(src))
         if msg.synchronous:  # an ssend waits for this receipt: an empty message back
             with contextlib.suppress(CollectiveError):  # a sender gone since: nobody waits
@@ -216,7 +216,7 @@ class Communicator(Comm):
                                           np.dtype(dtype).name if dtype != "" else "",
                                           tuple(int(s) for s in shape), root), self.timeout,
                                 space)
-        self.mailbox.discard_collectives_before(self._epoch, call.collective_id)
+        self.mailbox.discard_collectives_before(self.epoch, call.collective_id)
         try:
             yield call
         finally:
@@ -248,7 +248,7 @@ class Communicator(Comm):
     # --- lifecycle (called by the Cluster) ------------------------------------------------
     def begin_run(self, epoch: int) -> None:
         """Start a fresh run: new epoch, empty trace, no abort pending."""
-        self._epoch = epoch
+        self.epoch = epoch
         self._calls.reset()
         self.trace.clear()
         self.mailbox.reset(epoch)

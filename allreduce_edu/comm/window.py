@@ -72,8 +72,13 @@ def rendezvous(comm, nbytes: int) -> SymmetricMemory:
     total = pad_bytes(comm.world_size) + -(-int(nbytes) // ALIGN) * ALIGN
     number, buffers, settled = opener(total)
     window = SymmetricMemory(comm, int(nbytes), buffers, number)
-    window.barrier(CHANNELS - 1)  # every rank has mapped every window: names may go
-    settled()
+    try:
+        window.barrier(CHANNELS - 1)  # every rank has mapped every window: names may go
+    except BaseException:
+        window.close()
+        raise
+    finally:
+        settled()
     return window
 
 
@@ -113,9 +118,15 @@ class SymmetricMemory:
         array = np.ascontiguousarray(array)
         self.get_buffer(dst, array.shape, array.dtype, offset)[...] = array
 
+    def check_channel(self, channel) -> None:
+        if not isinstance(channel, (int, np.integer)) or not 0 <= channel < CHANNELS:
+            raise ValueError(f"rank {self.rank}: channel={channel!r}: valid channels are "
+                             f"0..{CHANNELS - 1}")
+
     def put_signal(self, dst: int, channel: int = 0) -> None:
         """Signal rank `dst` on `channel`: everything this rank wrote before is visible first."""
         self.comm.check_peer(dst, "dst")
+        self.check_channel(channel)
         self.sent[dst, channel] += 1
         self.store(self.pads[dst], channel, self.rank, self.sent[dst, channel])
 
@@ -123,6 +134,7 @@ class SymmetricMemory:
         """Wait until rank `src` has signalled this rank on `channel` once more than it had when
         this rank last waited for it; spin, then nap (module docstring)."""
         self.comm.check_peer(src, "src")
+        self.check_channel(channel)
         wanted, pad, load = self.seen[src, channel] + 1, self.pads[self.rank], self.load
         if load(pad, channel, src) < wanted:
             self._wait(src, channel, wanted, timeout)

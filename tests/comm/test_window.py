@@ -170,3 +170,35 @@ def test_an_open_window_has_no_name_another_cluster_could_map():
     before = set(glob.glob(os.path.join(shm_portable.scratch_base(), shm_portable.PREFIX + "*")))
     for names in cluster_for("shm", 3, backend="portable").run(_names_while_open):
         assert set(names) <= before, set(names) - before
+
+
+@pytest.mark.parametrize("algorithm", WINDOWED)
+@pytest.mark.parametrize("transport", ["local", pytest.param("shm", marks=pytest.mark.processes)])
+def test_a_run_that_failed_part_way_leaves_the_next_runs_right(algorithm, transport):
+    """A failed call leaves the signal counts out of step; the next run opens a fresh window, so its
+    sums are right on every rank (they were silently wrong before: review finding)."""
+    cluster = cluster_for(transport, 3)
+    with pytest.raises(CollectiveMismatch):
+        cluster.run(lambda comm, a: ae.allreduce(comm, np.ones(4 if comm.rank == 0 else 8),
+                                                 algorithm=a), algorithm)
+    for e in range(2, 6):
+        ys = cluster.run(lambda comm, a, e: ae.allreduce(comm, np.full(4, float(e)), algorithm=a),
+                         algorithm, e)
+        assert all((y == 3 * e).all() for y in ys), (e, ys)
+
+
+def _channels(comm):
+    window = rendezvous(comm, 8)
+    errors = []
+    for channel in (-1, 4, 1.5):
+        try:
+            window.put_signal((comm.rank + 1) % comm.world_size, channel)
+        except ValueError as e:
+            errors.append(str(e))
+    window.barrier()
+    return errors
+
+
+def test_a_channel_outside_the_pad_is_refused():
+    for errors in cluster_for("local", 2).run(_channels):
+        assert len(errors) == 3 and all("valid channels are 0..3" in e for e in errors), errors

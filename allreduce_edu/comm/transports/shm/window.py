@@ -60,24 +60,29 @@ def open_window(nearby, number: int, size: int, deadline: float):
     except OSError as e:
         raise MemoryError(f"rank {comm.rank}: no room for a {size}-byte window: {e}") from None
     nearby.windows[number] = mine
-    for peer in peers:
-        nearby.links[peer].send_frame([KIND, BODY.pack(number, size)], mine.handle)
-    buffers = []
-    for peer in range(comm.world_size):
-        if peer == comm.rank:
-            buffers.append(mine.bytes)
-            continue
-        theirs = _arrival(comm, nearby.links[peer], number, deadline)
-        if theirs.size != size:
-            raise CollectiveMismatch(f"rank {peer} opened window {number} with {theirs.size} "
-                                     f"bytes, rank {comm.rank} with {size}",
-                                     ranks=(peer, comm.rank))
-        buffers.append(theirs.bytes)
 
     def settled() -> None:
         mine.handed_over()  # a memfd's descriptor closes: the mappings keep the memory
         mine.unlink()  # a named window loses its name
 
+    try:
+        for peer in peers:
+            nearby.links[peer].send_frame([KIND, BODY.pack(number, size)], mine.handle)
+        buffers = []
+        for peer in range(comm.world_size):
+            if peer == comm.rank:
+                buffers.append(mine.bytes)
+                continue
+            theirs = _arrival(comm, nearby.links[peer], number, deadline)
+            if theirs.size != size:
+                raise CollectiveMismatch(f"rank {peer} opened window {number} with "
+                                         f"{theirs.size} bytes, rank {comm.rank} with {size}",
+                                         ranks=(peer, comm.rank))
+            buffers.append(theirs.bytes)
+    except BaseException:  # nothing of a window that never opened stays: descriptor, name, slot
+        settled()
+        close_window(nearby, number)
+        raise
     return buffers, settled
 
 
