@@ -3,8 +3,10 @@
 Ranks start, rendezvous, ship work and report errors over gRPC exactly as on the gRPC transport.
 Between two ranks on one machine, a message's bytes go into a shared-memory segment of the sender's
 (one copy), and its header (the wire's fields in a fixed binary layout, doorbell.py, checked by
-the wire's rules) goes over a socket that is also the doorbell: the receiver blocks on it (never
-spins: 4 ranks share 2 cores here), and its end of file says at once that the peer is gone. What
+the wire's rules) goes over a socket that is also the doorbell: its end of file says at once that
+the peer is gone. Small messages, header and data, go through a ring of slots in shared memory
+instead (eager.py, NCCL's LL protocol): the receiver spins a little, yielding its core (4 ranks
+share 2 cores here), then sleeps on the socket, and only then is its doorbell rung. What
 a segment and a socket are is the backend's (backend.py): memfds and a Unix socket on Linux,
 named shared memory and a loopback socket elsewhere (linux.py, portable.py).
 The receiver reads, or reduces, straight from the sender's segment; small messages travel inline

@@ -1,6 +1,7 @@
 """One shared-memory link between two ranks on one machine (made by ShmLinks, __init__.py): a
-channel for headers (doorbell.py), doorbells, segment handles and releases, and the segments each
-side sends from (segments.py); the backend (backend.py: linux or portable) provides both."""
+ring each way for small messages (eager.py), a channel for the other headers (doorbell.py),
+doorbells, segment handles and releases, and the segments each side sends from (segments.py);
+the backend (backend.py: linux or portable) provides channel and memory."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ import numpy as np
 from ...base import Request
 from ...errors import CollectiveTimeout, RankFailure
 from ...mailbox import Message
-from ...wire import Assembler, WireError, check_header, to_message
+from ...wire import Assembler, WireError, to_message
 from .backend import INLINE_BYTES, Backend, Channel
-from .doorbell import Head, frames, pack, unpack
-from .segments import MIN_SEGMENT, POOL_BYTES, Lease, Outbox, Pool
+from .doorbell import frames, pack, unpack
+from .eager import CAPACITY, DOORBELL, RING, Incoming, from_ring, map_ring, open_ring, ring_one
+from .segments import Outbox, Pool, lease
 from .window import KIND as WINDOW  # noqa: I001
 from .window import take as take_window
 
@@ -49,7 +51,10 @@ class ShmLink:
         self.error: RankFailure | None = None
         self._lock = threading.RLock()  # a release may be sent by a finaliser inside a send
         self._seq = 0
-        self._assembler = Assembler(comm.rank, comm.world_size, peer, comm.max_message_bytes)
+        self.assembler = Assembler(comm.rank, comm.world_size, peer, comm.max_message_bytes)
+        self.incoming: Incoming | None = None  # the peer's ring (eager.py), once it has come
+        self.outgoing = open_ring(self)
+        self.doorbells = 0  # rung: the peer slept on its socket while our ring had its message
         self._thread = threading.Thread(target=self._receive, daemon=True,
                                         name=f"rank{comm.rank}-shm-from-{peer}")
         self._thread.start()
@@ -71,7 +76,8 @@ class ShmLink:
     def abort(self, error) -> None:  # nothing in flight to fail: a posted message is the peer's
         return
     def post(self, msg: Message) -> None:
-        """Copy `msg` into a segment (or the frame) and ring the peer's doorbell."""
+        """Copy `msg` into the peer's ring (small: eager.py), a segment, or frames on the socket;
+        ring the peer's doorbell unless it will find the message without one."""
         nbytes = msg.array.nbytes
         outbox = Outbox.of(msg.array)
         if outbox is not None and outbox.link is self and not outbox.sent:
@@ -85,6 +91,12 @@ class ShmLink:
             if segment is None:
                 with self._lock:
                     seq = self._next_seq()
+                    if (nbytes <= CAPACITY and self.outgoing is not None
+                            and self.outgoing.put(pack(msg, seq, 0, nbytes), msg.array)):
+                        if self.outgoing.asleep():  # else the peer finds it without a doorbell
+                            self.doorbells += 1
+                            self._send([DOORBELL])
+                        return
                     for frame in frames(msg, seq, INLINE_BYTES):
                         self._send([MESSAGE, *frame])
                 return
@@ -155,7 +167,8 @@ class ShmLink:
         socket on its own thread (a hand-over between threads cost ~50 us here)."""
         if self._ended:
             time.sleep(min(seconds, TICK))
-        elif self.channel.wait(seconds):
+        elif (self.channel.wait(seconds) if self.incoming is None
+              else self.incoming.wait(self.channel, seconds)):
             self._read_one()
 
     @contextlib.contextmanager
@@ -180,8 +193,15 @@ class ShmLink:
             idle = time.monotonic() - self._last_recv
             if self._callers or idle < QUIET:
                 self._closed.wait(TICK if self._callers else min(TICK, QUIET - idle))
-            elif self.channel.wait(TICK):
+            elif self._idle_wait():
                 self._read_one(own_thread=True)
+
+    def _idle_wait(self) -> bool:
+        """The link's thread sleeps on the socket; the peer rings its doorbell meanwhile."""
+        if self.incoming is None:
+            return self.channel.wait(TICK)
+        with self.incoming.asleep():
+            return self.incoming.ready() or self.channel.wait(TICK)
 
     def _read_one(self, own_thread: bool = False, wait_turn: bool = True) -> bool:
         """Read and handle the frames waiting; False if there were none (or the link ended).
@@ -194,6 +214,8 @@ class ShmLink:
             if self._ended or (own_thread and self._callers):
                 return False  # a recv reads this frame on its own thread
             try:
+                if from_ring(self):
+                    return True  # the socket's frames wait for a call that finds the ring empty
                 got = self.channel.receive()
             except OSError as e:
                 self._end(f"its socket failed: {e.strerror}")
@@ -236,59 +258,31 @@ class ShmLink:
                         or not self.pool.release(int.from_bytes(body, "little"))):
                     raise WireError("a release of a segment this rank never sent")
                 return
+            if kind == DOORBELL and handle is None and not body:
+                return  # it woke us: _read_one reads the ring
+            if kind == RING:
+                given, handle = handle, None
+                return map_ring(self, body, given)
             if kind == WINDOW:  # the peer's symmetric window
                 given, handle = handle, None
                 return take_window(self, body, given)
             if kind != MESSAGE:
                 raise WireError(f"unknown frame kind {kind!r}")
             h, payload = unpack(body)
+            while self.assembler.messages + 1 < h.seq and ring_one(self):
+                pass  # messages before this one that went through the ring come first
             if not h.segment:
                 if handle is not None:
                     raise WireError("a segment handle with an inline frame")
-                message = self._assembler.add_decoded(h, payload)
+                message = self.assembler.add_decoded(h, payload)
             else:
-                given, handle = handle, None  # _lease uses it up
-                message = to_message(h, self._lease(h, given))
+                given, handle = handle, None  # lease uses it up
+                message = to_message(h, lease(self, h, given))
         finally:
             if handle is not None:
                 self.backend.discard(handle)
         if message is not None:
             self.comm.deliver(message)
-
-    def _lease(self, h: Head, handle) -> np.ndarray:
-        """The array a segment frame describes, in the sender's segment (checked first); maps
-        a new segment from `handle`, which it uses up."""
-        try:
-            check_header(h, self.comm.world_size, self.peer, self.comm.max_message_bytes)
-            if h.offset or h.length:
-                raise WireError("a segment frame carries data of its own")
-            self._assembler.take_seq(h)
-        except WireError:
-            if handle is not None:
-                self.backend.discard(handle)
-            raise
-        if handle is not None:
-            self._map(h, handle)
-        segment = self.theirs.get(h.segment)
-        if segment is None or segment.size != h.segment_bytes:
-            raise WireError(f"unknown segment {h.segment} ({h.segment_bytes} bytes)")
-        if h.segment in self.leased:
-            raise WireError(f"segment {h.segment} reused while rank {self.comm.rank} holds it")
-        self.leased.add(h.segment)
-        return np.asarray(Lease(segment, np.dtype(h.dtype), tuple(h.shape), self.give_back))
-
-    def _map(self, h: Head, handle) -> None:
-        """Map the peer's new segment `h.segment` from `handle` (used up, mapped or not)."""
-        size = h.segment_bytes
-        if (h.segment in self.theirs or size < MIN_SEGMENT or size & (size - 1)
-                or sum(s.size for s in self.theirs.values()) + size > POOL_BYTES):
-            self.backend.discard(handle)
-            raise WireError(f"segment {h.segment} of {size} bytes: not a new segment "
-                            f"within the {POOL_BYTES}-byte limit")
-        try:
-            self.theirs[h.segment] = self.backend.open_segment(h.segment, size, handle)
-        except (OSError, ValueError) as e:
-            raise WireError(f"segment {h.segment} cannot be mapped: {e}") from None
 
     def close(self) -> None:
         self._ended = True

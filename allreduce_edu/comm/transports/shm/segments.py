@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ...wire import WireError, check_header
+
 MIN_SEGMENT = 1 << 20  # segment sizes are powers of two from 1 MiB
 POOL_BYTES = 256 << 20  # at most this much shared memory per (sender, receiver) pair
 
@@ -126,3 +128,41 @@ class Outbox:
     def __del__(self):
         if not self.sent:
             self.link.pool.release(self.segment.id)
+
+
+# --- a receiver's side of a segment frame (link.py calls it) -----------------------------------
+def lease(link, h, handle) -> np.ndarray:
+    """The array a segment frame (header `h`) describes, in the sender's segment (checked first);
+    maps a new segment from `handle`, which it uses up."""
+    try:
+        check_header(h, link.comm.world_size, link.peer, link.comm.max_message_bytes)
+        if h.offset or h.length:
+            raise WireError("a segment frame carries data of its own")
+        link.assembler.take_seq(h)
+    except WireError:
+        if handle is not None:
+            link.backend.discard(handle)
+        raise
+    if handle is not None:
+        _map(link, h, handle)
+    segment = link.theirs.get(h.segment)
+    if segment is None or segment.size != h.segment_bytes:
+        raise WireError(f"unknown segment {h.segment} ({h.segment_bytes} bytes)")
+    if h.segment in link.leased:
+        raise WireError(f"segment {h.segment} reused while rank {link.comm.rank} holds it")
+    link.leased.add(h.segment)
+    return np.asarray(Lease(segment, np.dtype(h.dtype), tuple(h.shape), link.give_back))
+
+
+def _map(link, h, handle) -> None:
+    """Map the peer's new segment `h.segment` from `handle` (used up, mapped or not)."""
+    size = h.segment_bytes
+    if (h.segment in link.theirs or size < MIN_SEGMENT or size & (size - 1)
+            or sum(s.size for s in link.theirs.values()) + size > POOL_BYTES):
+        link.backend.discard(handle)
+        raise WireError(f"segment {h.segment} of {size} bytes: not a new segment "
+                        f"within the {POOL_BYTES}-byte limit")
+    try:
+        link.theirs[h.segment] = link.backend.open_segment(h.segment, size, handle)
+    except (OSError, ValueError) as e:
+        raise WireError(f"segment {h.segment} cannot be mapped: {e}") from None

@@ -1,0 +1,225 @@
+"""Eager slots: a link's small messages through shared memory, NCCL's LL protocol (lesson 18).
+
+Each side of a link makes a ring of SLOTS slots (a segment of the backend's, handed to the peer
+once in a frame of its own kind, RING) and writes its small messages into it; the peer reads them
+there. No socket, no system call, no thread hop on the way:
+
+    word 0 of the ring: how many messages the reader has taken (the reader writes it)
+    word 8: how many of the reader's threads sleep on the socket (the reader writes it)
+    slot k (of SLOTS): the frame (the doorbell's header + data), 4 bytes per 8-byte word, the
+        other 4 the message's number (its flag); the first word's 4 bytes are the frame's length
+
+Every 8-byte word carries its own flag, stored with its data (a NumPy copy of aligned 8-byte
+words, at most a slot: each lands whole): a reader that sees the flag it expects in every word
+has the whole frame, and needs no fence and no second message (lesson 18's torn read is what a
+separate flag allows).
+Flags are message numbers, so a slot reused SLOTS messages later never passes for the new one.
+
+A reader spins a little (giving its core away at every look: four ranks share two cores here),
+then says it sleeps and blocks on the link's socket; a writer rings that doorbell (a one-byte
+frame) only when the reader sleeps. Both sides put a full barrier between their store and their
+load (an uncontended lock is one on x86); where it is not (ARM), a sleeper looks again after NAP
+at the latest, so a wake-up that crossed the announcement costs NAP, never a hang. A message that
+does not fit a slot, or finds the ring full, goes on the socket instead; every message carries
+its link's sequence number, and the reader takes ring and socket in that order (link.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+import threading
+import time
+
+import numpy as np
+
+from ...errors import CollectiveTimeout, RankFailure
+from ...wire import WireError
+from .doorbell import unpack
+
+RING = b"E"  # a ring frame's first byte: the peer's ring, its memory as the frame's handle
+DOORBELL = b"D"  # "there is something in my ring for you, and you sleep"
+SLOTS = 32
+SLOT_WORDS = 256  # 2 KiB a slot
+CAPACITY = 4 * (SLOT_WORDS - 1)  # the longest frame a slot holds
+HEAD_WORDS = 16  # taken: word 0, sleepers: word 8 (their own cache lines)
+RING_BYTES = 8 * (HEAD_WORDS + SLOTS * SLOT_WORDS)
+SEQ = struct.Struct("<Q")
+SEQ_AT = 12  # where the doorbell header (doorbell.FIXED) keeps the link's sequence number
+SPIN_S = 300e-6  # how long a reader spins, yielding its core at every look, before it sleeps
+NAP = 5e-3  # the longest a sleeping reader waits before it looks at the ring again
+YIELD = getattr(os, "sched_yield", lambda: time.sleep(0))  # Windows has no sched_yield
+_barrier = threading.Lock()
+
+
+def barrier() -> None:
+    """A full memory barrier on x86 (a locked instruction); see the module's note for ARM."""
+    with _barrier:
+        pass
+
+
+def _words(segment) -> np.ndarray:
+    return segment.bytes[:RING_BYTES].view(np.uint64)
+
+
+class Outgoing:
+    """This rank's ring towards one peer: `put` a frame, or say it does not fit."""
+
+    def __init__(self, segment):
+        self.segment, self.words, self.sent = segment, _words(segment), 0
+        self._packed = np.zeros(2 * SLOT_WORDS, np.uint32)  # (4 bytes, flag) per word
+        self._frame = np.zeros(4 * (SLOT_WORDS - 1), np.uint8)
+
+    def put(self, head: bytes, data: np.ndarray) -> bool:
+        """Write one frame (`head` + `data`) into the next slot; False if it does not fit or the
+        ring is full (the reader has not taken SLOTS messages yet)."""
+        length = len(head) + data.nbytes
+        if length > CAPACITY or self.sent - int(self.words[0]) >= SLOTS:
+            return False
+        self.sent += 1
+        frame, packed, words = self._frame, self._packed, -(-length // 4) + 1
+        frame[:len(head)] = np.frombuffer(head, np.uint8)
+        frame[len(head):length] = data.reshape(-1).view(np.uint8)
+        packed[0] = length
+        packed[2:2 * words:2] = frame[:4 * (words - 1)].view(np.uint32)
+        packed[1:2 * words:2] = self.sent & 0xFFFFFFFF
+        base = HEAD_WORDS + (self.sent - 1) % SLOTS * SLOT_WORDS
+        self.words[base:base + words] = packed[:2 * words].view(np.uint64)  # 8-byte stores
+        return True
+
+    def asleep(self) -> bool:
+        """Whether the reader sleeps (after a barrier: our slot is visible before we look)."""
+        barrier()
+        return bool(self.words[8])
+
+
+class Incoming:
+    """The peer's ring towards this rank, mapped here: `peek` the next frame, `advance` past it;
+    `wait` for one (spin, then sleep on the socket)."""
+
+    def __init__(self, segment):
+        self.segment, self.words, self.taken = segment, _words(segment), 0
+        self._copy = np.empty(SLOT_WORDS, np.uint64)
+        self._sleepers, self._lock = 0, threading.Lock()
+
+    def _base(self) -> int:
+        return HEAD_WORDS + self.taken % SLOTS * SLOT_WORDS
+
+    def ready(self) -> bool:
+        """Whether the next slot's first word carries the next message's flag."""
+        return int(self.words[self._base()]) >> 32 == (self.taken + 1) & 0xFFFFFFFF
+
+    def peek(self) -> memoryview | None:
+        """The next frame, whole (copied out of the slot), or None if it is not all there yet;
+        ValueError if the peer wrote a length no slot holds."""
+        base, flag = self._base(), (self.taken + 1) & 0xFFFFFFFF
+        first = int(self.words[base])
+        if first >> 32 != flag:
+            return None
+        length = first & 0xFFFFFFFF
+        if length > CAPACITY:
+            raise ValueError(f"a slot says it holds {length} bytes (at most {CAPACITY})")
+        words = -(-length // 4) + 1
+        copy = self._copy[:words]
+        copy[:] = self.words[base:base + words]  # 8-byte loads: each word whole
+        halves = copy.view(np.uint32)
+        if not (halves[1::2] == flag).all():
+            return None  # the writer is still writing it
+        return memoryview(halves[2::2].copy().view(np.uint8)[:length])
+
+    @staticmethod
+    def seq(frame: memoryview) -> int:
+        """The link's sequence number in a frame's header (0 if the frame is too short)."""
+        return SEQ.unpack_from(frame, SEQ_AT)[0] if len(frame) >= SEQ_AT + 8 else 0
+
+    def advance(self) -> None:
+        """The frame `peek` gave is handled: its slot is the writer's again."""
+        self.taken += 1
+        self.words[0] = self.taken
+
+    def wait(self, channel, seconds: float) -> bool:
+        """Until the ring or the socket has something (True), or `seconds` pass (False)."""
+        start = time.monotonic()
+        looks = 0
+        while time.monotonic() - start < min(SPIN_S, seconds):
+            if self.ready() or (looks % 8 == 7 and channel.wait(0)):
+                return True
+            looks += 1
+            YIELD()
+        with self.asleep():
+            return self.ready() or channel.wait(min(NAP, seconds)) or self.ready()
+
+    @contextlib.contextmanager
+    def asleep(self):
+        """This thread is about to sleep on the socket: writers ring the doorbell meanwhile."""
+        with self._lock:
+            self._sleepers += 1
+            self.words[8] = self._sleepers
+        barrier()  # our word is visible before we look at the ring once more
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._sleepers -= 1
+                self.words[8] = self._sleepers
+
+
+# --- a link's two rings (link.py calls these) ------------------------------------------------
+def open_ring(link) -> Outgoing | None:
+    """This side's ring towards `link`'s peer, handed to it; None if there is no room for one (or
+    the peer is gone already: the link finds that out soon enough). Small messages then go on
+    the socket, as before."""
+    try:
+        segment = link.backend.new_segment(0, RING_BYTES)
+    except OSError:
+        return None
+    try:
+        link.send_frame([RING, RING_BYTES.to_bytes(8, "little")], segment.handle)
+    except (OSError, RankFailure, CollectiveTimeout):
+        segment.handed_over()
+        segment.unlink()
+        return None
+    segment.handed_over()  # the peer maps it (a portable one's name goes then)
+    return Outgoing(segment)
+
+
+def map_ring(link, body, handle) -> None:
+    """The peer's ring frame: map its ring (the handle is used up here)."""
+    try:
+        if (handle is None or link.incoming is not None or len(body) != 8
+                or int.from_bytes(body, "little") != RING_BYTES):
+            raise WireError("a ring frame that is not one new ring")
+        given, handle = handle, None
+        try:
+            link.incoming = Incoming(link.backend.open_segment(0, RING_BYTES, given))
+        except (OSError, ValueError) as e:
+            raise WireError(f"the peer's ring cannot be mapped: {e}") from None
+    finally:
+        if handle is not None:
+            link.backend.discard(handle)
+
+
+def from_ring(link) -> bool:
+    """Take the messages in the peer's ring that come next (one after a gap waits: the message
+    before it went on the socket); True if there were any."""
+    took = False
+    while ring_one(link):
+        took = True
+    return took
+
+
+def ring_one(link) -> bool:
+    """Take the next message from the peer's ring, if it is there and comes next."""
+    ring = link.incoming
+    try:
+        frame = ring.peek() if ring is not None else None
+    except ValueError as e:
+        raise WireError(str(e)) from None
+    if frame is None or ring.seq(frame) != link.assembler.messages + 1:
+        return False
+    message = link.assembler.add_decoded(*unpack(frame))
+    ring.advance()
+    if message is not None:
+        link.comm.deliver(message)
+    return True
