@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from .._proto import rank_pb2 as pb
-from .base import WIRE_DTYPES
+from .base import DTYPE_OF, WIRE_DTYPES
 from .mailbox import Message, Signature
 
 # 1 MiB data frames: well under gRPC's 4 MiB message limit, fastest measured here
@@ -114,7 +114,7 @@ def check_header(h, world_size: int, src: int, max_bytes: int = MAX_MESSAGE_BYTE
         raise WireError(f"dtype {h.dtype!r} is not allowed on the wire")
     if len(h.shape) > MAX_DIMS or any(d < 0 or d > max_bytes for d in h.shape):
         raise WireError(f"bad shape {tuple(h.shape)}")
-    expected = np.dtype(h.dtype).itemsize * math.prod(h.shape)
+    expected = DTYPE_OF[h.dtype].itemsize * math.prod(h.shape)
     if h.nbytes != expected or expected > max_bytes:
         raise WireError(f"nbytes={h.nbytes} for {h.dtype}{tuple(h.shape)} (expected {expected}, "
                         f"limit {max_bytes})")
@@ -168,7 +168,7 @@ class Assembler:
                 raise WireError(f"expected message {self.messages + 1} from offset 0, "
                                 f"got {h.seq} at {h.offset}")
             self._header, self._received = h, 0
-            self._array = np.empty(tuple(h.shape), np.dtype(h.dtype))
+            self._array = np.empty(tuple(h.shape), DTYPE_OF[h.dtype])
             self._flat = self._array.reshape(-1).view(np.uint8)
         elif (h.seq, h.offset, h.nbytes) != (self._header.seq, self._received, self._header.nbytes):
             raise WireError(f"chunk of message {h.seq} at {h.offset} does not continue "

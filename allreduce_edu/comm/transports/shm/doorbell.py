@@ -21,7 +21,7 @@ import functools
 import struct
 from dataclasses import dataclass
 
-from ...base import WIRE_DTYPES
+from ...base import WIRE_DTYPES, wire_name
 from ...mailbox import Message, Signature
 from ...wire import MAX_DIMS, WireError, payload_chunks
 
@@ -58,7 +58,7 @@ def pack(msg: Message, seq: int, offset: int = 0, length: int = 0, segment: int 
     """The header bytes of one frame of `msg`."""
     array, sig = msg.array, msg.signature
     tag = _encoded(msg.tag)
-    return b"".join((FIXED.pack(VERSION, CODES[array.dtype.name], array.ndim,
+    return b"".join((FIXED.pack(VERSION, CODES[wire_name(array.dtype)], array.ndim,
                                 HAS_SIGNATURE if sig is not None else 0, msg.src, msg.step, seq,
                                 msg.epoch, msg.collective_id, array.nbytes, offset, length,
                                 segment, segment_bytes, len(tag)),

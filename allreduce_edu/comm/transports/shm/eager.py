@@ -16,16 +16,18 @@ separate flag allows).
 Flags are message numbers, so a slot reused SLOTS messages later never passes for the new one.
 
 A reader spins a little (giving its core away at every look: four ranks share two cores here),
-then says it sleeps and blocks on the link's socket; a writer rings that doorbell (a one-byte
-frame) only when the reader sleeps. Both sides put a full barrier between their store and their
-load (an uncontended lock is one on x86); where it is not (ARM), a sleeper looks again after NAP
-at the latest, so a wake-up that crossed the announcement costs NAP, never a hang. A message that
-does not fit a slot, or finds the ring full, goes on the socket instead; every message carries
-its link's sequence number, and the reader takes ring and socket in that order (link.py).
+if its last wait was that short, then says it sleeps and blocks on the link's socket; a writer
+rings that doorbell (a one-byte frame) only when the reader sleeps. Both sides put a full barrier
+between their store and their load (an uncontended lock is one on x86); where it is not (ARM), a
+sleeper looks again after NAP at the latest, so a wake-up that crossed the announcement costs
+NAP, never a hang. A message that does not fit a slot, or finds the ring full, goes on the
+socket instead; every message carries its link's sequence number, and the reader takes ring and
+socket in that order (link.py).
 """
 
 from __future__ import annotations
 
+import array
 import contextlib
 import os
 import struct
@@ -59,39 +61,40 @@ def barrier() -> None:
         pass
 
 
-def _words(segment) -> np.ndarray:
-    return segment.bytes[:RING_BYTES].view(np.uint64)
+MASK = 0xFFFFFFFF
+WORD = struct.Struct("<Q")
 
 
 class Outgoing:
     """This rank's ring towards one peer: `put` a frame, or say it does not fit."""
 
     def __init__(self, segment):
-        self.segment, self.words, self.sent = segment, _words(segment), 0
-        self._packed = np.zeros(2 * SLOT_WORDS, np.uint32)  # (4 bytes, flag) per word
-        self._frame = np.zeros(4 * (SLOT_WORDS - 1), np.uint8)
+        self.segment, self.sent = segment, 0
+        self.words = segment.bytes[:RING_BYTES].view(np.uint64)
+        self.view = memoryview(segment.bytes)[:RING_BYTES]
 
     def put(self, head: bytes, data: np.ndarray) -> bool:
         """Write one frame (`head` + `data`) into the next slot; False if it does not fit or the
         ring is full (the reader has not taken SLOTS messages yet)."""
-        length = len(head) + data.nbytes
-        if length > CAPACITY or self.sent - int(self.words[0]) >= SLOTS:
+        frame = head + data.tobytes()
+        length = len(frame)
+        if length > CAPACITY or self.sent - WORD.unpack_from(self.view, 0)[0] >= SLOTS:
             return False
         self.sent += 1
-        frame, packed, words = self._frame, self._packed, -(-length // 4) + 1
-        frame[:len(head)] = np.frombuffer(head, np.uint8)
-        frame[len(head):length] = data.reshape(-1).view(np.uint8)
-        packed[0] = length
-        packed[2:2 * words:2] = frame[:4 * (words - 1)].view(np.uint32)
-        packed[1:2 * words:2] = self.sent & 0xFFFFFFFF
-        base = HEAD_WORDS + (self.sent - 1) % SLOTS * SLOT_WORDS
-        self.words[base:base + words] = packed[:2 * words].view(np.uint64)  # 8-byte stores
+        words = -(-length // 4) + 1
+        slot = bytearray(8 * words)
+        halves = memoryview(slot).cast("I")  # word by word: 4 bytes of the frame, then the flag
+        halves[0] = length  # the first word's 4 bytes: the frame's length
+        halves[2::2] = memoryview(frame + bytes(-length % 4)).cast("I")
+        halves[1::2] = array.array("I", [self.sent & MASK]) * words
+        start = 8 * (HEAD_WORDS + (self.sent - 1) % SLOTS * SLOT_WORDS)
+        self.view[start:start + len(slot)] = slot  # one copy of whole 8-byte words
         return True
 
     def asleep(self) -> bool:
         """Whether the reader sleeps (after a barrier: our slot is visible before we look)."""
         barrier()
-        return bool(self.words[8])
+        return WORD.unpack_from(self.view, 64)[0] != 0
 
 
 class Incoming:
@@ -99,34 +102,34 @@ class Incoming:
     `wait` for one (spin, then sleep on the socket)."""
 
     def __init__(self, segment):
-        self.segment, self.words, self.taken = segment, _words(segment), 0
-        self._copy = np.empty(SLOT_WORDS, np.uint64)
+        self.segment, self.taken = segment, 0
+        self.view = memoryview(segment.bytes)[:RING_BYTES]
         self._sleepers, self._lock = 0, threading.Lock()
+        self.spin = True  # whether the next wait spins before it sleeps (wait)
 
-    def _base(self) -> int:
-        return HEAD_WORDS + self.taken % SLOTS * SLOT_WORDS
+    def _start(self) -> int:
+        return 8 * (HEAD_WORDS + self.taken % SLOTS * SLOT_WORDS)
 
     def ready(self) -> bool:
         """Whether the next slot's first word carries the next message's flag."""
-        return int(self.words[self._base()]) >> 32 == (self.taken + 1) & 0xFFFFFFFF
+        return WORD.unpack_from(self.view, self._start())[0] >> 32 == (self.taken + 1) & MASK
 
     def peek(self) -> memoryview | None:
         """The next frame, whole (copied out of the slot), or None if it is not all there yet;
         ValueError if the peer wrote a length no slot holds."""
-        base, flag = self._base(), (self.taken + 1) & 0xFFFFFFFF
-        first = int(self.words[base])
+        start, flag = self._start(), (self.taken + 1) & MASK
+        first = WORD.unpack_from(self.view, start)[0]
         if first >> 32 != flag:
             return None
-        length = first & 0xFFFFFFFF
+        length = first & MASK
         if length > CAPACITY:
             raise ValueError(f"a slot says it holds {length} bytes (at most {CAPACITY})")
         words = -(-length // 4) + 1
-        copy = self._copy[:words]
-        copy[:] = self.words[base:base + words]  # 8-byte loads: each word whole
-        halves = copy.view(np.uint32)
-        if not (halves[1::2] == flag).all():
+        snapshot = self.view[start:start + 8 * words].tobytes()  # one copy: each word whole
+        halves = memoryview(snapshot).cast("I")
+        if halves[1::2] != array.array("I", [flag]) * words:
             return None  # the writer is still writing it
-        return memoryview(halves[2::2].copy().view(np.uint8)[:length])
+        return memoryview(halves[2::2].tobytes())[:length]
 
     @staticmethod
     def seq(frame: memoryview) -> int:
@@ -136,33 +139,36 @@ class Incoming:
     def advance(self) -> None:
         """The frame `peek` gave is handled: its slot is the writer's again."""
         self.taken += 1
-        self.words[0] = self.taken
+        WORD.pack_into(self.view, 0, self.taken)
 
     def wait(self, channel, seconds: float) -> bool:
-        """Until the ring or the socket has something (True), or `seconds` pass (False)."""
-        start = time.monotonic()
-        looks = 0
-        while time.monotonic() - start < min(SPIN_S, seconds):
+        """Until the ring or the socket has something (True), or `seconds` pass (False). It spins
+        first only if the last wait ended within SPIN_S: a rank that waits long (a large message,
+        a slow link, a late peer) sleeps at once instead of taking a core from ranks at work."""
+        start, looks = time.monotonic(), 0
+        while self.spin and time.monotonic() - start < min(SPIN_S, seconds):
             if self.ready() or (looks % 8 == 7 and channel.wait(0)):
                 return True
             looks += 1
             YIELD()
         with self.asleep():
-            return self.ready() or channel.wait(min(NAP, seconds)) or self.ready()
+            got = self.ready() or channel.wait(min(NAP, seconds)) or self.ready()
+        self.spin = got and time.monotonic() - start < SPIN_S
+        return got
 
     @contextlib.contextmanager
     def asleep(self):
         """This thread is about to sleep on the socket: writers ring the doorbell meanwhile."""
         with self._lock:
             self._sleepers += 1
-            self.words[8] = self._sleepers
+            WORD.pack_into(self.view, 64, self._sleepers)
         barrier()  # our word is visible before we look at the ring once more
         try:
             yield
         finally:
             with self._lock:
                 self._sleepers -= 1
-                self.words[8] = self._sleepers
+                WORD.pack_into(self.view, 64, self._sleepers)
 
 
 # --- a link's two rings (link.py calls these) ------------------------------------------------

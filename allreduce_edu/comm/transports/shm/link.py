@@ -209,8 +209,7 @@ class ShmLink:
         reader's release (give_back) can need."""
         if not self._reading.acquire(blocking=wait_turn):
             return False
-        with contextlib.ExitStack() as held:
-            held.callback(self._reading.release)
+        try:
             if self._ended or (own_thread and self._callers):
                 return False  # a recv reads this frame on its own thread
             try:
@@ -233,6 +232,8 @@ class ShmLink:
                         self.backend.discard(rest)
                     return self._refuse(e)
             return bool(got)
+        finally:
+            self._reading.release()
 
     def _refuse(self, e: WireError) -> bool:
         log.warning("rank %d refused a frame from rank %d: %s", self.comm.rank, self.peer, e)
