@@ -16,7 +16,7 @@ import numpy as np
 from ..collectives import allreduce
 from ..model.costmodel import bus_factor, fit_alpha_beta, predict_on_links
 from ..runtime.engines import ENGINES, run_on_engine
-from .floor import pipe_one_way_us, window_one_way
+from .floor import pinned_floors, pipe_one_way_us, window_one_way
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -130,13 +130,16 @@ def run(cluster, algorithms, sizes, dtype="float32", iters=20, warmup=5) -> tupl
     if cluster.world_size >= 2:
         points = cluster.run(pingpong)[0]
         alpha, beta = fit_alpha_beta(*zip(*points, strict=True))
-        one_way = cluster.run(latency, 8, 100 if cluster.links is None else 10)[0]
+        # a thousand round trips after a hundred untimed (80 ms on shm): the first ones after the
+        # large messages above still meet their segments' releases
+        one_way = cluster.run(latency, 8, *((1000, 100) if cluster.links is None else (10, 5)))[0]
         p2p = {"alpha_us": points[0][1] * 1e6, "fit_alpha_us": alpha * 1e6,
                "bandwidth_gbps": points[-1][0] / points[-1][1] / 1e9,
                "fit_bandwidth_gbps": (1 / beta / 1e9) if beta else float("inf"), "points": points,
                "p50_us": float(np.percentile(one_way, 50)) * 1e6,
                "p99_us": float(np.percentile(one_way, 99)) * 1e6,
-               "window_us": cluster.run(window_one_way)[0], "pipe_us": pipe_one_way_us()}
+               "window_us": cluster.run(window_one_way)[0], "pipe_us": pipe_one_way_us(),
+               "pinned_us": pinned_floors()}
     return p2p, combine(cluster.run(measure, algorithms, sizes, dtype, iters, warmup))
 
 
@@ -191,6 +194,11 @@ def format_p2p(p2p: dict) -> str:
         if p2p.get("window_us") is not None:
             floor += (f"; a symmetric window's put + signal {p2p['window_us']:.1f} us = "
                       f"{p2p['window_us'] / p2p['pipe_us']:.1f}x it")
+        if p2p.get("pinned_us"):  # which of the two the floor above was, by where they ran
+            one, two = p2p["pinned_us"]["one core"], p2p["pinned_us"]["two cores"]
+            floor += (f"\n# the same pipe pinned: {one:.1f} us on one core (a hand-over), "
+                      f"{two:.1f} us across two (an idle core wakes up); send/recv p50 = "
+                      f"{p2p['p50_us'] / one:.1f}x and {p2p['p50_us'] / two:.1f}x them")
     return (f"# point-to-point, rank 0 <-> 1 (ping-pong): "
             f"latency alpha = {p2p['alpha_us']:.0f} us (8 B one way){spread}, "
             f"bandwidth 1/beta = {p2p['bandwidth_gbps']:.2f} GB/s "

@@ -22,6 +22,8 @@ from ..comm.window import rendezvous
 ECHO = """
 import os, sys
 r, w = int(sys.argv[1]), int(sys.argv[2])
+if len(sys.argv) > 3:
+    os.sched_setaffinity(0, {int(sys.argv[3])})
 while True:
     b = os.read(r, 8)
     if not b:
@@ -46,15 +48,33 @@ def pipe_one_way_us(rounds: int = 1000, warmup: int = 100, tries: int = 3) -> fl
     return min(_pipe_one_way_us(rounds, warmup) for _ in range(tries))
 
 
-def _pipe_one_way_us(rounds: int, warmup: int) -> float:
+def pinned_floors(rounds: int = 1000, warmup: int = 100) -> dict | None:
+    """The same ping-pong with both processes pinned to one core, then to two different ones:
+    {"one core": µs, "two cores": µs}. On one core a message is a hand-over of that core (3 µs
+    here); on two, the reader's core has gone idle and must wake (25–35 µs on this virtual
+    machine). None where a process cannot be pinned (macOS, Windows) or has one core."""
+    if not (hasattr(os, "sched_getaffinity") and hasattr(os, "sched_setaffinity")):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2 or sys.platform == "win32":
+        return None
+    return {"one core": _pipe_one_way_us(rounds, warmup, (cpus[0], cpus[0])),
+            "two cores": _pipe_one_way_us(rounds, warmup, (cpus[0], cpus[1]))}
+
+
+def _pipe_one_way_us(rounds: int, warmup: int, cpus: tuple | None = None) -> float:
     if sys.platform == "win32":  # pragma: no cover - no pass_fds on Windows
         return _windows_one_way_us(rounds, warmup)
     to_child, from_parent = os.pipe()
     from_child, to_parent = os.pipe()
-    child = subprocess.Popen([sys.executable, "-c", ECHO, str(to_child), str(to_parent)],
+    pin = [str(cpus[1])] if cpus else []
+    child = subprocess.Popen([sys.executable, "-c", ECHO, str(to_child), str(to_parent), *pin],
                              pass_fds=(to_child, to_parent))
     os.close(to_child)
     os.close(to_parent)
+    mine = os.sched_getaffinity(0) if cpus else None
+    if cpus:
+        os.sched_setaffinity(0, {cpus[0]})
     times = np.empty(rounds)
     try:
         for i in range(warmup + rounds):
@@ -64,6 +84,8 @@ def _pipe_one_way_us(rounds: int, warmup: int) -> float:
             if i >= warmup:
                 times[i - warmup] = time.perf_counter() - t
     finally:
+        if mine is not None:
+            os.sched_setaffinity(0, mine)
         os.close(from_parent)
         os.close(from_child)
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -100,5 +101,10 @@ def test_bench_on_shm_prints_the_pipe_floor_and_a_window_beside_send_recv():
                       r"([\d.]+)x it; a symmetric window's put \+ signal ([\d.]+) us = ([\d.]+)x it",
                       result.stdout)
     assert floor and float(floor[1]) > 0, result.stdout
+    if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) > 1:  # pinned as well
+        pinned = re.search(r"the same pipe pinned: ([\d.]+) us on one core \(a hand-over\), ([\d.]+) us "
+                           r"across two \(an idle core wakes up\); send/recv p50 = [\d.]+x and [\d.]+x them",
+                           result.stdout)
+        assert pinned and float(pinned[1]) > 0 and float(pinned[2]) > 0, result.stdout
     assert [line.split()[3] for line in result.stdout.splitlines()
             if line.split()[:1] == ["8"]] == ["one_shot", "two_shot"]
