@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from .._proto import rank_pb2 as pb
-from .base import DTYPE_OF, WIRE_DTYPES
+from .dtypes import DTYPE_OF, WIRE_DTYPES
 from .mailbox import Message, Signature
 
 # 1 MiB data frames: well under gRPC's 4 MiB message limit, fastest measured here

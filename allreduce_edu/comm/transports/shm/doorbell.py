@@ -21,7 +21,7 @@ import functools
 import struct
 from dataclasses import dataclass
 
-from ...base import WIRE_DTYPES, wire_name
+from ...dtypes import WIRE_DTYPES, wire_name
 from ...mailbox import Message, Signature
 from ...wire import MAX_DIMS, WireError, payload_chunks
 
