@@ -15,9 +15,10 @@ has the whole frame, and needs no fence and no second message (lesson 18's torn 
 separate flag allows).
 Flags are message numbers, so a slot reused SLOTS messages later never passes for the new one.
 
-A reader spins a little (giving its core away at every look: four ranks share two cores here),
-if its last wait was that short, then says it sleeps and blocks on the link's socket; a writer
-rings that doorbell (a one-byte frame) only when the reader sleeps. Both sides put a full barrier
+A reader spins a little (giving its core away at every look), if its last wait was that short
+and its cluster has no more ranks than the machine has cores (else a spin takes a core from a
+rank at work), then says it sleeps and blocks on the link's socket; a writer rings that doorbell
+(a one-byte frame) only when the reader sleeps. Both sides put a full barrier
 between their store and their load (an uncontended lock is one on x86); where it is not (ARM), a
 sleeper looks again after NAP at the latest, so a wake-up that crossed the announcement costs
 NAP, never a hang. A message that does not fit a slot, or finds the ring full, goes on the
@@ -52,6 +53,11 @@ SEQ_AT = 12  # where the doorbell header (doorbell.FIXED) keeps the link's seque
 SPIN_S = 300e-6  # how long a reader spins, yielding its core at every look, before it sleeps
 NAP = 5e-3  # the longest a sleeping reader waits before it looks at the ring again
 YIELD = getattr(os, "sched_yield", lambda: time.sleep(0))  # Windows has no sched_yield
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 _barrier = threading.Lock()
 
 
@@ -101,8 +107,8 @@ class Incoming:
     """The peer's ring towards this rank, mapped here: `peek` the next frame, `advance` past it;
     `wait` for one (spin, then sleep on the socket)."""
 
-    def __init__(self, segment):
-        self.segment, self.taken = segment, 0
+    def __init__(self, segment, spins: bool = True):
+        self.segment, self.taken, self.spins = segment, 0, spins
         self.view = memoryview(segment.bytes)[:RING_BYTES]
         self._sleepers, self._lock = 0, threading.Lock()
         self.spin = True  # whether the next wait spins before it sleeps (wait)
@@ -146,7 +152,7 @@ class Incoming:
         first only if the last wait ended within SPIN_S: a rank that waits long (a large message,
         a slow link, a late peer) sleeps at once instead of taking a core from ranks at work."""
         start, looks = time.monotonic(), 0
-        while self.spin and time.monotonic() - start < min(SPIN_S, seconds):
+        while self.spins and self.spin and time.monotonic() - start < min(SPIN_S, seconds):
             if self.ready() or (looks % 8 == 7 and channel.wait(0)):
                 return True
             looks += 1
@@ -198,7 +204,10 @@ def map_ring(link, body, handle) -> None:
             raise WireError("a ring frame that is not one new ring")
         given, handle = handle, None
         try:
-            link.incoming = Incoming(link.backend.open_segment(0, RING_BYTES, given))
+            # a spinning reader only where every rank can have a core: with more ranks than
+            # cores (8 on 2 here), a spin takes the core from a rank at work
+            link.incoming = Incoming(link.backend.open_segment(0, RING_BYTES, given),
+                                     spins=link.comm.world_size <= cores())
         except (OSError, ValueError) as e:
             raise WireError(f"the peer's ring cannot be mapped: {e}") from None
     finally:
