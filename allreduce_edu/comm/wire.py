@@ -167,6 +167,10 @@ class Assembler:
             if h.seq != self.messages + 1 or h.offset != 0:
                 raise WireError(f"expected message {self.messages + 1} from offset 0, "
                                 f"got {h.seq} at {h.offset}")
+            if h.length == h.nbytes:  # whole in this one frame: one copy, nothing to assemble
+                self.messages = h.seq
+                array = np.frombuffer(data, DTYPE_OF[h.dtype]).copy()
+                return to_message(h, array if len(h.shape) == 1 else array.reshape(h.shape))
             self._header, self._received = h, 0
             self._array = np.empty(tuple(h.shape), DTYPE_OF[h.dtype])
             self._flat = self._array.reshape(-1).view(np.uint8)

@@ -5,7 +5,6 @@ the backend (backend.py: linux or portable) provides channel and memory."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -171,20 +170,22 @@ class ShmLink:
               else self.incoming.wait(self.channel, seconds)):
             self._read_one()
 
-    @contextlib.contextmanager
-    def receiving(self):
-        """A recv on this link is under way: the link's own thread stands aside meanwhile, and
-        until the link has been QUIET a while (the next recv is likely soon)."""
+    def receiving(self) -> ShmLink:
+        """`with link.receiving():` a recv on this link is under way. The link's own thread stands
+        aside meanwhile, and until the link has been QUIET a while (the next recv is likely soon).
+        The link is that context manager itself (a generator-based one cost ~1 us a recv)."""
+        return self
+
+    def __enter__(self) -> None:
         with self._lock:
             self._callers += 1
         with self._reading:
             pass  # a frame the link's thread is reading now is delivered before we look
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._callers -= 1
-                self._last_recv = time.monotonic()
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:
+            self._callers -= 1
+            self._last_recv = time.monotonic()
 
     def _receive(self) -> None:
         """The link's own thread, once the link is QUIET: frames nobody waits for (releases, later
