@@ -120,6 +120,18 @@ KILLED = "killed by SIGKILL" if hasattr(signal, "SIGKILL") else "(killed by SIGT
 KILLED_CODE = "-9" if hasattr(signal, "SIGKILL") else "-?15"
 
 
+#: tests/cuts/<system>: a sitecustomize that takes away what that system's Python lacks
+CUTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuts")
+
+
+def cut_env(system: str) -> dict:
+    """This process's environment with the cut for `system` ("macos", "windows") first on
+    PYTHONPATH: every Python started with it, and every process that one starts, lacks what
+    `system` lacks."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.join(CUTS, system), *filter(None, [os.environ.get("PYTHONPATH")])]))
+
+
 def running(pid: int) -> bool:
     """Whether a process with this id exists (POSIX: a zombie, ended but not yet reaped, does)."""
     if os.name == "nt":  # there os.kill would end it: ask a handle to the process instead

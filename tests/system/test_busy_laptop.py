@@ -21,11 +21,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import cut_env
 
 from allreduce_edu.notebook import STRICT_CLAIMS
 
 ROOT = Path(__file__).resolve().parents[2]
-MACOS = ROOT / "tests" / "cuts" / "macos"  # a sitecustomize that cuts away what only Linux has
 RUNS = int(os.environ.get("ALLREDUCE_EDU_BUSY_RUNS", "1"))
 
 LIMIT_S = 1800  # one pass over every lesson beside the CPU-bound process (about 15 minutes here)
@@ -45,8 +45,7 @@ def _seconds_per_lesson(report: Path) -> dict[str, int]:
 
 
 def test_every_lesson_passes_nbval_and_holds_every_claim_beside_a_cpu_bound_process(tmp_path):
-    cut = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [
-        str(MACOS), os.environ.get("PYTHONPATH")])))
+    cut = cut_env("macos")
     backend = subprocess.run([sys.executable, "-c", "from allreduce_edu.comm.transports.shm "
                               "import chosen; print(chosen().__name__)"], env=cut,
                              capture_output=True, text=True, check=True).stdout.strip()

@@ -5,18 +5,17 @@ the testbed, and each module that once reached a Linux-only name takes its porta
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import cut_env
 
 pytestmark = pytest.mark.processes
 
 ROOT = Path(__file__).resolve().parents[2]
-CUTS = ROOT / "tests" / "cuts"
 SYSTEMS = ("macos", "windows")
 
 # "module.name" that must be missing under each cut; a bare "module" must not import at all
@@ -32,9 +31,8 @@ MISSING["windows"] = [n for n in MISSING["macos"] if not n.startswith("fcntl.")]
 
 def run_cut(system: str, code: str, timeout: float = 180) -> str:
     """Run `code` in a Python cut down to `system`; its output (a failure shows it all)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(CUTS / system), *filter(None, [os.environ.get("PYTHONPATH")])]))
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=env,
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT,
+                          env=cut_env(system),
                           capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, f"under the {system} cut:\n{done.stdout}\n{done.stderr[-4000:]}"
     return done.stdout
@@ -156,11 +154,9 @@ def test_the_modules_made_portable_work_under_the_cut(system, tmp_path):
 def test_a_lesson_passes_nbval_under_the_macos_cut(lesson):
     """Its kernel inherits the cut; lesson 14's kernel cells skip there, saying numba-cuda is
     missing (macOS has no build)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(CUTS / "macos"), *filter(None, [os.environ.get("PYTHONPATH")])]))
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs",
-                           f"lessons/{lesson}.ipynb"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=900)
+                           f"lessons/{lesson}.ipynb"], cwd=ROOT, env=cut_env("macos"),
+                          capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
     if lesson == "14_gpu_kernels":
         assert "needs cuda: numba-cuda" in done.stdout, done.stdout[-3000:]
