@@ -17,7 +17,7 @@ def numpy_layernorm(x, gamma, beta, eps=1e-5):
     return (x - mean) / np.sqrt(var + eps) * gamma + beta
 
 
-def _median_seconds(calls, repeat):
+def interleaved_median_seconds(calls, repeat: int = 5) -> list[float]:
     """Median wall time of each call over repeat rounds, after a warm-up round (compile, page
     faults).
 
@@ -79,9 +79,8 @@ def kernel_bench(rows=8192, hidden=4096, dtype="float32", partials=4, repeat=5) 
     if torch_call is not None:
         cases.append(("torch layer_norm", 2 * row_bytes + param_bytes, torch_call))
     results = []
-    for (name, nbytes, _), seconds in zip(cases,
-                                          _median_seconds([call for *_, call in cases], repeat),
-                                          strict=True):
+    medians = interleaved_median_seconds([call for *_, call in cases], repeat)
+    for (name, nbytes, _), seconds in zip(cases, medians, strict=True):
         results.append({"kernel": name, "rows": rows, "hidden": hidden, "dtype": dtype.name,
                         "bytes": nbytes, "time_us": seconds * 1e6, "gbps": nbytes / seconds / 1e9})
     copy_gbps = results[0]["gbps"]
