@@ -55,12 +55,20 @@ def _call(comm, variant, x, gamma, beta, stats):
     return reduce_layernorm_broadcast(comm, x, gamma, beta, variant=variant, stats=stats)
 
 
+def _spent(comm, since: float) -> float:
+    """Seconds since `since` on the slowest rank: every rank decides the same on it."""
+    return float(allreduce(comm, np.array([time.perf_counter() - since]), "max", "ring")[0])
+
+
 def measure(comm, sizes, dtype="float32", iters=10, warmup=2, budget=4.0, seed=0) -> list[dict]:
     """Run on every rank: per (rows, hidden) and variant, per-iteration wall and CPU times (every
     thread of this process: gRPC's too), bytes sent and rows normalised.
 
-    Rounds interleave the variants (a noisy neighbour slows them alike); rounds are cut (to no fewer
-    than 3) when `iters` of them would take over `budget` seconds.
+    Rounds interleave the variants (a noisy neighbour slows them alike). The first `warmup`
+    rounds are not timed: the first compiles, and the first few make the shared-memory segments
+    each link sends from (lesson 10), so they are slow. Warm-up stops early where another round
+    would take it past half of `budget` seconds; timed rounds stop (after no fewer than 3) where
+    another would take them past `budget`. The ranks decide both on the slowest rank's time.
     """
     out = []
     for rows, hidden in sizes:
@@ -73,17 +81,15 @@ def measure(comm, sizes, dtype="float32", iters=10, warmup=2, budget=4.0, seed=0
             ref = layernorm_reference(total, gamma, beta)
         stats = {v: {} for v in ROWS}
         calls = {v: functools.partial(_call, comm, v, x, gamma, beta, stats[v]) for v in ROWS}
-        t0 = time.perf_counter()
-        for call in calls.values():  # warm-up round: compile, page faults
-            call()
-        # all ranks agree
-        first = allreduce(comm, np.array([time.perf_counter() - t0]), "max", "ring")[0]
-        for _ in range(min(warmup - 1, int(budget / 4 // first))):
+        started = time.perf_counter()
+        for n in range(1, max(warmup, 1) + 1):  # compile, fault pages in, grow the segment pools
             for call in calls.values():
                 call()
-        n = min(iters, max(3, int(budget // first))) if iters > 3 else iters
+            if n < warmup and _spent(comm, started) / n * (n + 1) > budget / 2:
+                break  # another warm-up round would take them past half the budget
         times, cpu, sent, y = {v: [] for v in ROWS}, {v: [] for v in ROWS}, {}, {}
-        for _ in range(n):
+        started = time.perf_counter()
+        for n in range(1, iters + 1):
             for v, call in calls.items():
                 comm.barrier()  # start together: the time is the slowest rank's
                 k = len(comm.trace.events)
@@ -93,6 +99,8 @@ def measure(comm, sizes, dtype="float32", iters=10, warmup=2, budget=4.0, seed=0
                 cpu[v].append(time.process_time() - c0)
                 # one call, exact
                 sent[v] = sum(e.nbytes for e in comm.trace.events[k:] if e.src == comm.rank)
+            if 3 <= n < iters and _spent(comm, started) / n * (n + 1) > budget:
+                break  # one more round would not fit
         for v in ROWS:
             wrong, err = (_check(y[v], total if v == RING else ref, dtype) if comm.rank == 0
                           else (0, 0.0))

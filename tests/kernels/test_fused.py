@@ -199,6 +199,15 @@ def test_bad_arguments_name_the_rank_and_the_problem(kwargs, error, words):
     assert all(w in message for w in words), message
 
 
+@pytest.mark.parametrize("iters, budget, rounds", [(6, 1e9, 6), (6, 0.0, 3), (2, 0.0, 2)])
+def test_bench_rounds_stop_at_the_budget_but_not_before_three(iters, budget, rounds):
+    """The budget is judged on timed rounds (not the compiling warm-up round): a budget that no
+    round fits still gets three, one that all fit gets every round asked for."""
+    rows = fused_bench.measure_all(cluster_for("local", 2), rows=(4,), hidden=(8,), iters=iters,
+                                   warmup=1, budget=budget)
+    assert [r["iters"] for r in rows] == [rounds] * 4
+
+
 def test_bench_rows_have_bytes_work_time_and_errors():
     rows = fused_bench.measure_all(cluster_for("local", 3), rows=(7,), hidden=(16,), iters=2, warmup=1)
     assert [r["variant"] for r in rows] == ["ring all-reduce", "unfused", "root", "fused"]
