@@ -65,10 +65,12 @@ def measure(comm, sizes, dtype="float32", iters=10, warmup=2, budget=4.0, seed=0
     thread of this process: gRPC's too), bytes sent and rows normalised.
 
     Rounds interleave the variants (a noisy neighbour slows them alike). The first `warmup`
-    rounds are not timed: the first compiles, and the first few make the shared-memory segments
-    each link sends from (lesson 10), so they are slow. Warm-up stops early where another round
-    would take it past half of `budget` seconds; timed rounds stop (after no fewer than 3) where
-    another would take them past `budget`. The ranks decide both on the slowest rank's time.
+    rounds (at least one) are not timed: the first compiles, and the first few make the
+    shared-memory segments each link sends from (lesson 10), so they are slow. Warm-up stops early
+    where another round as long as the last would take it past half of `budget` seconds; timed
+    rounds stop (after no fewer than 3) where another would take them past `budget`. So it all
+    takes about 1.5 × `budget` at most, past the first round. The ranks decide both on the slowest
+    rank's time.
     """
     out = []
     for rows, hidden in sizes:
@@ -81,12 +83,14 @@ def measure(comm, sizes, dtype="float32", iters=10, warmup=2, budget=4.0, seed=0
             ref = layernorm_reference(total, gamma, beta)
         stats = {v: {} for v in ROWS}
         calls = {v: functools.partial(_call, comm, v, x, gamma, beta, stats[v]) for v in ROWS}
-        started = time.perf_counter()
+        started, spent = time.perf_counter(), 0.0
         for n in range(1, max(warmup, 1) + 1):  # compile, fault pages in, grow the segment pools
             for call in calls.values():
                 call()
-            if n < warmup and _spent(comm, started) / n * (n + 1) > budget / 2:
-                break  # another warm-up round would take them past half the budget
+            if n < warmup:  # would another round, as long as this one, pass half the budget?
+                spent, last = _spent(comm, started), spent
+                if 2 * spent - last > budget / 2:
+                    break
         times, cpu, sent, y = {v: [] for v in ROWS}, {v: [] for v in ROWS}, {}, {}
         started = time.perf_counter()
         for n in range(1, iters + 1):

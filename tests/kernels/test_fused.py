@@ -199,12 +199,15 @@ def test_bad_arguments_name_the_rank_and_the_problem(kwargs, error, words):
     assert all(w in message for w in words), message
 
 
-@pytest.mark.parametrize("iters, budget, rounds", [(6, 1e9, 6), (6, 0.0, 3), (2, 0.0, 2)])
-def test_bench_rounds_stop_at_the_budget_but_not_before_three(iters, budget, rounds):
-    """The budget is judged on timed rounds (not the compiling warm-up round): a budget that no
-    round fits still gets three, one that all fit gets every round asked for."""
-    rows = fused_bench.measure_all(cluster_for("local", 2), rows=(4,), hidden=(8,), iters=iters,
-                                   warmup=1, budget=budget)
+@pytest.mark.parametrize("iters, warmup, budget, rounds",
+                         [(6, 1, 1e9, 6), (6, 1, 0.0, 3), (2, 1, 0.0, 2), (5, 3, 0.0, 3),
+                          (4, 3, 1e9, 4), (4, 0, 1e9, 4)])
+def test_bench_rounds_stop_at_the_budget_but_not_before_three(iters, warmup, budget, rounds):
+    """A budget that no round fits still gets three timed rounds, one that all fit every round
+    asked for; every rank stops at the same round (a rank that stopped alone would hang the
+    others' next collective)."""
+    rows = fused_bench.measure_all(cluster_for("local", 3), rows=(4,), hidden=(8,), iters=iters,
+                                   warmup=warmup, budget=budget)
     assert [r["iters"] for r in rows] == [rounds] * 4
 
 
