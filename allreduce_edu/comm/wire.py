@@ -112,7 +112,8 @@ def check_header(h, world_size: int, src: int, max_bytes: int = MAX_MESSAGE_BYTE
         raise WireError(f"header says src={h.src} on rank {src}'s stream")
     if h.dtype not in WIRE_DTYPES:
         raise WireError(f"dtype {h.dtype!r} is not allowed on the wire")
-    if len(h.shape) > MAX_DIMS or any(d < 0 or d > max_bytes for d in h.shape):
+    shape = h.shape
+    if len(shape) > MAX_DIMS or (shape and (min(shape) < 0 or max(shape) > max_bytes)):
         raise WireError(f"bad shape {tuple(h.shape)}")
     expected = DTYPE_OF[h.dtype].itemsize * math.prod(h.shape)
     if h.nbytes != expected or expected > max_bytes:

@@ -71,9 +71,12 @@ def _encoded(text: str) -> bytes:
     return text.encode()
 
 
-@functools.lru_cache(maxsize=MAX_DIMS + 1)
+DIMS = tuple(struct.Struct(f"<{ndim}Q") for ndim in range(MAX_DIMS + 1))  # a shape's layout
+
+
 def _dims(ndim: int) -> struct.Struct:
-    return struct.Struct(f"<{ndim}Q")
+    """The layout of an `ndim`-long shape (more than MAX_DIMS: made, and refused by the reader)."""
+    return DIMS[ndim] if ndim <= MAX_DIMS else struct.Struct(f"<{ndim}Q")
 
 
 @functools.lru_cache(maxsize=256)
@@ -139,9 +142,13 @@ def unpack(frame) -> tuple[Head, memoryview]:
         raise _short(buf, "shape")
     if pos + tag_len > len(buf):
         raise _short(buf, "tag")
-    h = Head(src, _text(bytes(buf[pos:pos + tag_len]), "tag"), seq, epoch, collective_id, step,
-             _dtype(code, "header") or "none", _dims(ndim).unpack_from(buf, FIXED.size), nbytes,
-             offset, length, segment, segment_bytes)
+    try:
+        tag = str(buf[pos:pos + tag_len], "utf-8")
+    except UnicodeDecodeError:
+        raise WireError("the tag is not UTF-8") from None
+    h = Head(src, tag, seq, epoch, collective_id, step, _dtype(code, "header") or "none",
+             DIMS[ndim].unpack_from(buf, FIXED.size), nbytes, offset, length, segment,
+             segment_bytes)
     pos += tag_len
     if flags & HAS_SIGNATURE:
         if pos + SIGNATURE.size > len(buf):

@@ -68,6 +68,7 @@ def barrier() -> None:
 
 
 MASK = 0xFFFFFFFF
+PAD = bytes(4)
 WORD = struct.Struct("<Q")
 
 
@@ -82,19 +83,16 @@ class Outgoing:
     def put(self, head: bytes, data: np.ndarray) -> bool:
         """Write one frame (`head` + `data`) into the next slot; False if it does not fit or the
         ring is full (the reader has not taken SLOTS messages yet)."""
-        frame = head + data.tobytes()
-        length = len(frame)
+        length = len(head) + data.nbytes
         if length > CAPACITY or self.sent - WORD.unpack_from(self.view, 0)[0] >= SLOTS:
             return False
         self.sent += 1
-        words = -(-length // 4) + 1
-        slot = bytearray(8 * words)
-        halves = memoryview(slot).cast("I")  # word by word: 4 bytes of the frame, then the flag
-        halves[0] = length  # the first word's 4 bytes: the frame's length
-        halves[2::2] = memoryview(frame + bytes(-length % 4)).cast("I")
-        halves[1::2] = array.array("I", [self.sent & MASK]) * words
+        words = (length + 3) // 4 + 1
+        slot = array.array("I", [self.sent & MASK]) * (2 * words)  # word by word: data, flag
+        slot[0] = length  # the first word's 4 bytes: the frame's length
+        slot[2::2] = array.array("I", b"".join((head, data, PAD[:-length % 4])))
         start = 8 * (HEAD_WORDS + (self.sent - 1) % SLOTS * SLOT_WORDS)
-        self.view[start:start + len(slot)] = slot  # one copy of whole 8-byte words
+        self.view[start:start + 8 * words] = memoryview(slot).cast("B")  # whole 8-byte words
         return True
 
     def asleep(self) -> bool:
@@ -130,12 +128,12 @@ class Incoming:
         length = first & MASK
         if length > CAPACITY:
             raise ValueError(f"a slot says it holds {length} bytes (at most {CAPACITY})")
-        words = -(-length // 4) + 1
-        snapshot = self.view[start:start + 8 * words].tobytes()  # one copy: each word whole
-        halves = memoryview(snapshot).cast("I")
-        if halves[1::2] != array.array("I", [flag]) * words:
+        words = (length + 3) // 4 + 1
+        slot = array.array("I")
+        slot.frombytes(self.view[start:start + 8 * words])  # one copy: each word whole
+        if slot[1::2].count(flag) != words:
             return None  # the writer is still writing it
-        return memoryview(halves[2::2].tobytes())[:length]
+        return memoryview(slot[2::2].tobytes())[:length]
 
     @staticmethod
     def seq(frame: memoryview) -> int:
@@ -213,15 +211,6 @@ def map_ring(link, body, handle) -> None:
     finally:
         if handle is not None:
             link.backend.discard(handle)
-
-
-def from_ring(link) -> bool:
-    """Take the messages in the peer's ring that come next (one after a gap waits: the message
-    before it went on the socket); True if there were any."""
-    took = False
-    while ring_one(link):
-        took = True
-    return took
 
 
 def ring_one(link) -> bool:

@@ -17,7 +17,7 @@ from ...mailbox import Message
 from ...wire import Assembler, WireError, to_message
 from .backend import INLINE_BYTES, Backend, Channel
 from .doorbell import frames, pack, unpack
-from .eager import CAPACITY, DOORBELL, RING, Incoming, from_ring, map_ring, open_ring, ring_one
+from .eager import CAPACITY, DOORBELL, RING, Incoming, map_ring, open_ring, ring_one
 from .segments import Outbox, Pool, lease
 from .window import KIND as WINDOW  # noqa: I001
 from .window import take as take_window
@@ -78,25 +78,29 @@ class ShmLink:
         """Copy `msg` into the peer's ring (small: eager.py), a segment, or frames on the socket;
         ring the peer's doorbell unless it will find the message without one."""
         nbytes = msg.array.nbytes
+        if nbytes <= INLINE_BYTES:  # small: it travels in the frame (an Outbox never is small)
+            self.copied += nbytes
+            with self._lock:
+                seq = self._next_seq()
+                if (nbytes <= CAPACITY and self.outgoing is not None
+                        and self.outgoing.put(pack(msg, seq, 0, nbytes), msg.array)):
+                    if self.outgoing.asleep():  # else the peer finds it without a doorbell
+                        self.doorbells += 1
+                        self._send([DOORBELL])
+                    return
+                for frame in frames(msg, seq, INLINE_BYTES):
+                    self._send([MESSAGE, *frame])
+            return
         outbox = Outbox.of(msg.array)
         if outbox is not None and outbox.link is self and not outbox.sent:
             segment, outbox.sent = outbox.segment, True  # filled in place: nothing to copy
         else:
-            segment = None  # small: it travels in the frame
-            if nbytes > INLINE_BYTES:  # the peer's releases first: free segments, not a new one
-                self.drain()
-                segment = self.pool.acquire(nbytes)
+            self.drain()  # the peer's releases first: free segments, not a new one
+            segment = self.pool.acquire(nbytes)
             self.copied += nbytes
-            if segment is None:
+            if segment is None:  # the pool is full: in frames on the socket
                 with self._lock:
-                    seq = self._next_seq()
-                    if (nbytes <= CAPACITY and self.outgoing is not None
-                            and self.outgoing.put(pack(msg, seq, 0, nbytes), msg.array)):
-                        if self.outgoing.asleep():  # else the peer finds it without a doorbell
-                            self.doorbells += 1
-                            self._send([DOORBELL])
-                        return
-                    for frame in frames(msg, seq, INLINE_BYTES):
+                    for frame in frames(msg, self._next_seq(), INLINE_BYTES):
                         self._send([MESSAGE, *frame])
                 return
             segment.bytes[:nbytes] = msg.array.reshape(-1).view(np.uint8)  # the one copy
@@ -205,16 +209,16 @@ class ShmLink:
             return self.incoming.ready() or self.channel.wait(TICK)
 
     def _read_one(self, own_thread: bool = False, wait_turn: bool = True) -> bool:
-        """Read and handle the frames waiting; False if there were none (or the link ended).
-        A sender reads only if no one else is (`wait_turn=False`): it may hold `_lock`, which a
-        reader's release (give_back) can need."""
+        """Read and handle the ring's next message (only one: a recv waits for one), else the
+        socket's frames; False if none (or the link ended). A sender reads only if no one else
+        does (`wait_turn=False`): it may hold `_lock`, which a reader's release can need."""
         if not self._reading.acquire(blocking=wait_turn):
             return False
         try:
             if self._ended or (own_thread and self._callers):
                 return False  # a recv reads this frame on its own thread
             try:
-                if from_ring(self):
+                if ring_one(self):
                     return True  # the socket's frames wait for a call that finds the ring empty
                 got = self.channel.receive()
             except OSError as e:
