@@ -133,7 +133,7 @@ class Incoming:
         slot.frombytes(self.view[start:start + 8 * words])  # one copy: each word whole
         if slot[1::2].count(flag) != words:
             return None  # the writer is still writing it
-        return memoryview(slot[2::2].tobytes())[:length]
+        return memoryview(slot[2::2]).cast("B")[:length]
 
     @staticmethod
     def seq(frame: memoryview) -> int:
@@ -220,9 +220,12 @@ def ring_one(link) -> bool:
         frame = ring.peek() if ring is not None else None
     except ValueError as e:
         raise WireError(str(e)) from None
-    if frame is None or ring.seq(frame) != link.assembler.messages + 1:
+    if frame is None:
         return False
-    message = link.assembler.add_decoded(*unpack(frame))
+    h, data = unpack(frame)
+    if h.seq != link.assembler.messages + 1:
+        return False  # the message before it went on the socket: that one comes first
+    message = link.assembler.add_decoded(h, data)
     ring.advance()
     if message is not None:
         link.comm.deliver(message)
