@@ -142,9 +142,11 @@ def test_small_messages_travel_through_the_ring_and_a_sleeping_peer_is_woken(shm
 
 
 def _forge_ring(comm, length):
-    """Rank 1 writes a slot whose length no slot holds; rank 0's recv must refuse the link."""
+    """Rank 1 writes a whole slot (every flag set) that says it holds `length` bytes: more than a
+    slot holds, or too few for a header; rank 0's recv must refuse the link."""
     if comm.rank == 1:
         ring = comm.nearby.links[0].outgoing
+        ring.words[HEAD_WORDS + 1:HEAD_WORDS + 2 + min(length, CAPACITY) // 4] = 1 << 32
         ring.words[HEAD_WORDS] = (1 << 32) | length
         return None
     try:
@@ -154,10 +156,11 @@ def _forge_ring(comm, length):
 
 
 @pytest.mark.processes
-def test_a_peer_that_writes_a_broken_slot_is_refused_by_name():
+@pytest.mark.parametrize("length, why", [(CAPACITY + 8, "holds"), (4, "inside its header")])
+def test_a_peer_that_writes_a_broken_slot_is_refused_by_name(length, why):
     cluster = ae.Cluster(2, transport="shm", timeout=10)
     try:
-        said = cluster.run(_forge_ring, CAPACITY + 8)[0]
+        said = cluster.run(_forge_ring, length)[0]
     finally:
         cluster.close()
-    assert "breaks the contract" in said and "holds" in said and "rank 1" in said
+    assert "breaks the contract" in said and why in said and "rank 1" in said
