@@ -10,8 +10,10 @@ import pytest
 from conftest import cluster_for
 
 import allreduce_edu as ae
+from allreduce_edu.comm.mailbox import Message
 from allreduce_edu.comm.transports.shm import eager
 from allreduce_edu.comm.transports.shm.backend import INLINE_BYTES
+from allreduce_edu.comm.transports.shm.doorbell import pack, unpack
 from allreduce_edu.comm.transports.shm.eager import CAPACITY, HEAD_WORDS, SLOT_WORDS, SLOTS
 
 
@@ -25,8 +27,12 @@ def _ring():
     return eager.Outgoing(memory), eager.Incoming(memory)
 
 
-def _head(seq: int) -> bytes:  # a frame's first bytes with the link's sequence number where it is
-    return bytes(eager.SEQ_AT) + eager.SEQ.pack(seq)
+def _head(seq: int) -> bytes:  # a frame's header (doorbell.pack) with the link's sequence number
+    return pack(Message(0, "t", np.zeros(0, np.uint8)), seq)
+
+
+def _seq(frame) -> int:
+    return unpack(frame)[0].seq
 
 
 def test_a_frame_goes_through_a_slot_whole_and_the_slot_comes_back():
@@ -35,7 +41,7 @@ def test_a_frame_goes_through_a_slot_whole_and_the_slot_comes_back():
     assert into.peek() is None and not into.ready()
     assert out.put(_head(1), data)
     frame = into.peek()
-    assert into.ready() and into.seq(frame) == 1
+    assert into.ready() and _seq(frame) == 1
     assert bytes(frame) == _head(1) + data.tobytes()
     into.advance()
     assert into.peek() is None and int(out.words[0]) == 1  # taken: the writer may reuse it
@@ -50,12 +56,12 @@ def test_the_ring_wraps_refuses_when_full_and_never_takes_a_stale_slot():
         for i in range(SLOTS):
             frame = into.peek()
             n = lap * SLOTS + i + 1
-            assert into.seq(frame) == n
+            assert _seq(frame) == n
             into.advance()
             assert out.put(_head(n + SLOTS), np.array([n], np.int64))
     # each slot now holds a frame one lap newer than the last one taken from it; nothing older
     # passes: the reader's next slot holds exactly the next message
-    assert into.seq(into.peek()) == 3 * SLOTS + 1
+    assert _seq(into.peek()) == 3 * SLOTS + 1
 
 
 def test_a_frame_longer_than_a_slot_goes_elsewhere():
@@ -146,13 +152,34 @@ def _forge_ring(comm, length):
     slot holds, or too few for a header; rank 0's recv must refuse the link."""
     if comm.rank == 1:
         ring = comm.nearby.links[0].outgoing
-        ring.words[HEAD_WORDS + 1:HEAD_WORDS + 2 + min(length, CAPACITY) // 4] = 1 << 32
+        ring.words[HEAD_WORDS + 1:HEAD_WORDS + 1 + (min(length, CAPACITY) + 3) // 4] = 1 << 32
         ring.words[HEAD_WORDS] = (1 << 32) | length
         return None
     try:
         comm.recv(1, "x", timeout=10)
     except ae.RankFailure as e:
         return str(e)
+
+
+def _replay_ring(comm):
+    """Rank 1 writes a whole, well-formed frame numbered 0: a message the link has had already."""
+    if comm.rank == 1:
+        comm.nearby.links[0].outgoing.put(_head(0), np.zeros(0, np.uint8))
+        return None
+    try:
+        comm.recv(1, "x", timeout=10)
+    except ae.RankFailure as e:
+        return str(e)
+
+
+@pytest.mark.processes
+def test_a_ring_frame_numbered_behind_the_link_is_refused_not_left_in_its_slot():
+    cluster = ae.Cluster(2, transport="shm", timeout=10)
+    try:
+        said = cluster.run(_replay_ring)[0]
+    finally:
+        cluster.close()
+    assert "breaks the contract" in said and "numbered 0 after message 0" in said, said
 
 
 @pytest.mark.processes

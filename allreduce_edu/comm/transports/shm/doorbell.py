@@ -71,7 +71,7 @@ def _encoded(text: str) -> bytes:
     return text.encode()
 
 
-DIMS = tuple(struct.Struct(f"<{ndim}Q") for ndim in range(MAX_DIMS + 1))  # a shape's layout
+DIMS = tuple(struct.Struct(f"<{ndim}Q") for ndim in range(MAX_DIMS + 1))  # made once, not per frame
 
 
 def _dims(ndim: int) -> struct.Struct:
@@ -104,9 +104,9 @@ def _dtype(code: int, what: str) -> str:
     return DTYPES[code]
 
 
-def _text(raw: bytes, what: str) -> str:
+def _text(raw, what: str) -> str:
     try:
-        return raw.decode()
+        return str(raw, "utf-8")  # bytes, or a view of the frame (no copy first)
     except UnicodeDecodeError:
         raise WireError(f"the {what} is not UTF-8") from None
 
@@ -142,13 +142,9 @@ def unpack(frame) -> tuple[Head, memoryview]:
         raise _short(buf, "shape")
     if pos + tag_len > len(buf):
         raise _short(buf, "tag")
-    try:
-        tag = str(buf[pos:pos + tag_len], "utf-8")
-    except UnicodeDecodeError:
-        raise WireError("the tag is not UTF-8") from None
-    h = Head(src, tag, seq, epoch, collective_id, step, _dtype(code, "header") or "none",
-             DIMS[ndim].unpack_from(buf, FIXED.size), nbytes, offset, length, segment,
-             segment_bytes)
+    h = Head(src, _text(buf[pos:pos + tag_len], "tag"), seq, epoch, collective_id, step,
+             _dtype(code, "header") or "none", DIMS[ndim].unpack_from(buf, FIXED.size), nbytes,
+             offset, length, segment, segment_bytes)
     pos += tag_len
     if flags & HAS_SIGNATURE:
         if pos + SIGNATURE.size > len(buf):

@@ -9,9 +9,9 @@ there. No socket, no system call, no thread hop on the way:
     slot k (of SLOTS): the frame (the doorbell's header + data), 4 bytes per 8-byte word, the
         other 4 the message's number (its flag); the first word's 4 bytes are the frame's length
 
-Every 8-byte word carries its own flag, stored with its data (a NumPy copy of aligned 8-byte
-words, at most a slot: each lands whole): a reader that sees the flag it expects in every word
-has the whole frame, and needs no fence and no second message (lesson 18's torn read is what a
+Every 8-byte word carries its own flag, stored with its data (one memoryview copy of aligned
+8-byte words, at most a slot: each lands whole): a reader that sees the flag it expects in every
+word has the whole frame, and needs no fence and no second message (lesson 18's torn read is what a
 separate flag allows).
 Flags are message numbers, so a slot reused SLOTS messages later never passes for the new one.
 
@@ -48,8 +48,6 @@ SLOT_WORDS = 256  # 2 KiB a slot
 CAPACITY = 4 * (SLOT_WORDS - 1)  # the longest frame a slot holds
 HEAD_WORDS = 16  # taken: word 0, sleepers: word 8 (their own cache lines)
 RING_BYTES = 8 * (HEAD_WORDS + SLOTS * SLOT_WORDS)
-SEQ = struct.Struct("<Q")
-SEQ_AT = 12  # where the doorbell header (doorbell.FIXED) keeps the link's sequence number
 SPIN_S = 300e-6  # how long a reader spins, yielding its core at every look, before it sleeps
 NAP = 5e-3  # the longest a sleeping reader waits before it looks at the ring again
 YIELD = getattr(os, "sched_yield", lambda: time.sleep(0))  # Windows has no sched_yield
@@ -68,7 +66,7 @@ def barrier() -> None:
 
 
 MASK = 0xFFFFFFFF
-PAD = bytes(4)
+PAD = bytes(4)  # a frame's tail, up to a whole 4-byte half word
 WORD = struct.Struct("<Q")
 
 
@@ -81,8 +79,8 @@ class Outgoing:
         self.view = memoryview(segment.bytes)[:RING_BYTES]
 
     def put(self, head: bytes, data: np.ndarray) -> bool:
-        """Write one frame (`head` + `data`) into the next slot; False if it does not fit or the
-        ring is full (the reader has not taken SLOTS messages yet)."""
+        """Write one frame (`head` + `data`, C-contiguous) into the next slot; False if it does
+        not fit or the ring is full (the reader has not taken SLOTS messages yet)."""
         length = len(head) + data.nbytes
         if length > CAPACITY or self.sent - WORD.unpack_from(self.view, 0)[0] >= SLOTS:
             return False
@@ -135,11 +133,6 @@ class Incoming:
             return None  # the writer is still writing it
         return memoryview(slot[2::2]).cast("B")[:length]
 
-    @staticmethod
-    def seq(frame: memoryview) -> int:
-        """The link's sequence number in a frame's header (0 if the frame is too short)."""
-        return SEQ.unpack_from(frame, SEQ_AT)[0] if len(frame) >= SEQ_AT + 8 else 0
-
     def advance(self) -> None:
         """The frame `peek` gave is handled: its slot is the writer's again."""
         self.taken += 1
@@ -149,6 +142,8 @@ class Incoming:
         """Until the ring or the socket has something (True), or `seconds` pass (False). It spins
         first only if the last wait ended within SPIN_S: a rank that waits long (a large message,
         a slow link, a late peer) sleeps at once instead of taking a core from ranks at work."""
+        if self.ready():  # already there: no spin, and no "I sleep" that would cost a doorbell
+            return True
         start, looks = time.monotonic(), 0
         while self.spins and self.spin and time.monotonic() - start < min(SPIN_S, seconds):
             if self.ready() or (looks % 8 == 7 and channel.wait(0)):
@@ -224,6 +219,9 @@ def ring_one(link) -> bool:
         return False
     h, data = unpack(frame)
     if h.seq != link.assembler.messages + 1:
+        if h.seq <= link.assembler.messages:
+            raise WireError(f"a ring frame numbered {h.seq} after message "
+                            f"{link.assembler.messages}")
         return False  # the message before it went on the socket: that one comes first
     message = link.assembler.add_decoded(h, data)
     ring.advance()
