@@ -21,7 +21,7 @@ from allreduce_edu.collectives import ALGORITHMS, OPS
 from allreduce_edu.comm.transports import shm
 from allreduce_edu.comm.transports.shm import backend, doorbell, linux, portable
 from allreduce_edu.comm.transports.shm.backend import INLINE_BYTES
-from allreduce_edu.comm.transports.shm.link import MESSAGE, RELEASE
+from allreduce_edu.comm.transports.shm.kinds import MESSAGE, RELEASE
 from allreduce_edu.comm.transports.shm.segments import POOL_BYTES, Pool, size_class
 from allreduce_edu.runtime.transports import TRANSPORTS
 

@@ -146,10 +146,10 @@ class Incoming:
             return True
         start, looks = time.monotonic(), 0
         while self.spins and self.spin and time.monotonic() - start < min(SPIN_S, seconds):
+            YIELD()  # a rank waiting for this core gets it; else this returns at once
             if self.ready() or (looks % 8 == 7 and channel.wait(0)):
                 return True
             looks += 1
-            YIELD()
         with self.asleep():
             got = self.ready() or channel.wait(min(NAP, seconds)) or self.ready()
         self.spin = got and time.monotonic() - start < SPIN_S

@@ -1,7 +1,8 @@
 """One shared-memory link between two ranks on one machine (made by ShmLinks, __init__.py): a
 ring each way for small messages (eager.py), a channel for the other headers (doorbell.py),
-doorbells, segment handles and releases, and the segments each side sends from (segments.py);
-the backend (backend.py: linux or portable) provides channel and memory."""
+doorbells, segment handles and releases (a frame's kinds: kinds.py), and the segments each side
+sends from (segments.py); the backend (backend.py: linux or portable) provides channel and
+memory."""
 
 from __future__ import annotations
 
@@ -14,17 +15,15 @@ import numpy as np
 from ...base import Request
 from ...errors import CollectiveTimeout, RankFailure
 from ...mailbox import Message
-from ...wire import Assembler, WireError, to_message
+from ...wire import Assembler, WireError
 from .backend import INLINE_BYTES, Backend, Channel
-from .doorbell import frames, pack, unpack
-from .eager import CAPACITY, DOORBELL, RING, Incoming, map_ring, open_ring, ring_one
-from .segments import Outbox, Pool, lease
-from .window import KIND as WINDOW  # noqa: I001
-from .window import take as take_window
+from .doorbell import frames, pack
+from .eager import CAPACITY, DOORBELL, Incoming, open_ring, ring_one
+from .kinds import MESSAGE, RELEASE, take
+from .segments import Outbox, Pool
 
 log = logging.getLogger("allreduce_edu")
 
-MESSAGE, RELEASE = b"M", b"R"  # a frame's first byte (or WINDOW): a message, or "done with n"
 TICK = 0.5  # how often waiting threads look whether their communicator is closing
 QUIET = TICK  # the link's thread reads only after this long without a recv (waking it: ~30 us)
 
@@ -88,8 +87,7 @@ class ShmLink:
                         self.doorbells += 1
                         self._send([DOORBELL])
                     return
-                for frame in frames(msg, seq, INLINE_BYTES):
-                    self._send([MESSAGE, *frame])
+                self._send_inline(msg, seq)
             return
         outbox = Outbox.of(msg.array)
         if outbox is not None and outbox.link is self and not outbox.sent:
@@ -100,8 +98,7 @@ class ShmLink:
             self.copied += nbytes
             if segment is None:  # the pool is full: in frames on the socket
                 with self._lock:
-                    for frame in frames(msg, self._next_seq(), INLINE_BYTES):
-                        self._send([MESSAGE, *frame])
+                    self._send_inline(msg, self._next_seq())
                 return
             segment.bytes[:nbytes] = msg.array.reshape(-1).view(np.uint8)  # the one copy
         new = segment.handle is not None  # the peer has not got this segment yet
@@ -115,6 +112,11 @@ class ShmLink:
                 raise
         if new:
             segment.handed_over()
+
+    def _send_inline(self, msg: Message, seq: int) -> None:
+        """`msg` in frames on the socket, header and data together (under `_lock`)."""
+        for frame in frames(msg, seq, INLINE_BYTES):
+            self._send([MESSAGE, *frame])
 
     def _next_seq(self) -> int:
         if self.error is not None:
@@ -231,7 +233,7 @@ class ShmLink:
                 return False
             for i, (data, handle) in enumerate(got):
                 try:
-                    self._take(data, handle)
+                    take(self, data, handle)
                 except WireError as e:
                     for _, rest in got[i + 1:]:
                         self.backend.discard(rest)
@@ -254,41 +256,6 @@ class ShmLink:
             f"{reason})", ranks=(self.peer,))
         self.comm.peer_failed(self.peer, f"its shared-memory link ended ({reason})")
         self.channel.shutdown()  # wakes our receiving thread; the peer sees end of file
-
-    def _take(self, data: bytes, handle) -> None:
-        """Handle one frame; its segment handle, if any, is used or discarded here."""
-        try:
-            kind, body = data[:1], memoryview(data)[1:]
-            if kind == RELEASE:
-                if (handle is not None or len(body) != 8
-                        or not self.pool.release(int.from_bytes(body, "little"))):
-                    raise WireError("a release of a segment this rank never sent")
-                return
-            if kind == DOORBELL and handle is None and not body:
-                return  # it woke us: _read_one reads the ring
-            if kind == RING:
-                given, handle = handle, None
-                return map_ring(self, body, given)
-            if kind == WINDOW:  # the peer's symmetric window
-                given, handle = handle, None
-                return take_window(self, body, given)
-            if kind != MESSAGE:
-                raise WireError(f"unknown frame kind {kind!r}")
-            h, payload = unpack(body)
-            while self.assembler.messages + 1 < h.seq and ring_one(self):
-                pass  # messages before this one that went through the ring come first
-            if not h.segment:
-                if handle is not None:
-                    raise WireError("a segment handle with an inline frame")
-                message = self.assembler.add_decoded(h, payload)
-            else:
-                given, handle = handle, None  # lease uses it up
-                message = to_message(h, lease(self, h, given))
-        finally:
-            if handle is not None:
-                self.backend.discard(handle)
-        if message is not None:
-            self.comm.deliver(message)
 
     def close(self) -> None:
         self._ended = True
