@@ -21,6 +21,12 @@ from .floor import pinned_floors, pipe_one_way_us, window_one_way
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
+def slowest(comm, seconds: float) -> float:
+    """The largest of every rank's `seconds`, on every rank: what ranks that must decide alike
+    (how many rounds fit the budget) decide on."""
+    return float(allreduce(comm, np.array([seconds]), "max", "ring")[0])
+
+
 def parse_size(text: str | int) -> int:
     """'8' -> 8, '64K' -> 65536, '64M' -> 67108864 (binary units, as nccl-tests)."""
     m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)B?\s*", str(text), re.IGNORECASE)
@@ -69,8 +75,7 @@ def measure(comm, algorithms, sizes, dtype="float32", iters=20, warmup=5, budget
             t0 = time.perf_counter()
             for _ in range(warmup):
                 run_once(x)
-            per_iter = allreduce(comm, np.array([(time.perf_counter() - t0) / max(warmup, 1)]),
-                                 "max", "ring")[0]
+            per_iter = slowest(comm, (time.perf_counter() - t0) / max(warmup, 1))
             n = int(min(iters, max(3, budget // max(per_iter, 1e-9)))) if iters > 3 else iters
             times = []
             comm.barrier()

@@ -21,7 +21,7 @@ from ..collectives.fused import reduce_layernorm_broadcast
 from ..kernels.reference import layernorm_reference
 from ..model.costmodel import NORM_VARIANTS, fit_alpha_beta, predict_norm
 from ..runtime import Cluster
-from .allreduce import format_p2p, pingpong
+from .allreduce import format_p2p, pingpong, slowest
 from .kernels import format_kernel_table, kernel_bench
 
 ROWS = NORM_VARIANTS  # the order of the table: the bare ring all-reduce, then the variants
@@ -55,11 +55,6 @@ def _call(comm, variant, x, gamma, beta, stats):
     return reduce_layernorm_broadcast(comm, x, gamma, beta, variant=variant, stats=stats)
 
 
-def _spent(comm, since: float) -> float:
-    """Seconds since `since` on the slowest rank: every rank decides the same on it."""
-    return float(allreduce(comm, np.array([time.perf_counter() - since]), "max", "ring")[0])
-
-
 def measure(comm, sizes, dtype="float32", iters=10, warmup=2, budget=4.0, seed=0) -> list[dict]:
     """Run on every rank: per (rows, hidden) and variant, per-iteration wall and CPU times (every
     thread of this process: gRPC's too), bytes sent and rows normalised.
@@ -88,7 +83,7 @@ def measure(comm, sizes, dtype="float32", iters=10, warmup=2, budget=4.0, seed=0
             for call in calls.values():
                 call()
             if n < warmup:  # would another round, as long as this one, pass half the budget?
-                spent, last = _spent(comm, started), spent
+                spent, last = slowest(comm, time.perf_counter() - started), spent
                 if 2 * spent - last > budget / 2:
                     break
         times, cpu, sent, y = {v: [] for v in ROWS}, {v: [] for v in ROWS}, {}, {}
@@ -103,7 +98,8 @@ def measure(comm, sizes, dtype="float32", iters=10, warmup=2, budget=4.0, seed=0
                 cpu[v].append(time.process_time() - c0)
                 # one call, exact
                 sent[v] = sum(e.nbytes for e in comm.trace.events[k:] if e.src == comm.rank)
-            if 3 <= n < iters and _spent(comm, started) / n * (n + 1) > budget:
+            elapsed = time.perf_counter() - started
+            if 3 <= n < iters and slowest(comm, elapsed) / n * (n + 1) > budget:
                 break  # one more round would not fit
         for v in ROWS:
             wrong, err = (_check(y[v], total if v == RING else ref, dtype) if comm.rank == 0
