@@ -15,7 +15,8 @@ dtype, storage_offset)`, `put_signal(dst_rank, channel)`, `wait_signal(src_rank,
 (`comm.open_window`): the shm transport (shared memory; linux and portable backends) and the
 thread transport; gRPC between machines cannot, and `rendezvous` says so.
 
-A window's first bytes are its signal pad: one 8-byte word per (channel, sender). A signal is not a
+A window's first bytes are its signal pad: one 8-byte word per (channel, sender), then the size its
+rank asked for (ranks that ask for different sizes get CollectiveMismatch). A signal is not a
 flag set and cleared but a count: `put_signal` writes "this is my k-th signal to you on this
 channel", `wait_signal` waits for the count it expects next. One writer per word, nothing to
 reset, and a word left from an earlier round can never pass for a new one (sequence numbers
@@ -37,7 +38,7 @@ import time
 
 import numpy as np
 
-from .errors import CollectiveError, CollectiveTimeout
+from .errors import CollectiveError, CollectiveMismatch, CollectiveTimeout
 
 TRANSPORTS = frozenset({"local", "shm"})  # the transports whose ranks can map each other's memory
 CHANNELS = 4  # signal channels per window (torch: as many as its pad holds)
@@ -53,8 +54,16 @@ class WindowsUnavailable(CollectiveError):
 
 
 def pad_bytes(world_size: int) -> int:
-    """The signal pad's size: CHANNELS words per rank, rounded up to a cache line."""
-    return -(-CHANNELS * world_size * 8 // ALIGN) * ALIGN
+    """The signal pad's size: CHANNELS words per rank and the size word, rounded up to a cache
+    line."""
+    return -(-(CHANNELS * world_size + 1) * 8 // ALIGN) * ALIGN
+
+
+def size_word(buffer: np.ndarray, world_size: int) -> np.ndarray:
+    """The pad's word after the signals: the window size its rank asked for (segments are sized
+    to whole cache lines, so two sizes can map alike; this word tells them apart)."""
+    at = CHANNELS * world_size * 8
+    return buffer[at:at + 8].view(np.uint64)
 
 
 def rendezvous(comm, nbytes: int) -> SymmetricMemory:
@@ -71,9 +80,16 @@ def rendezvous(comm, nbytes: int) -> SymmetricMemory:
             f"Cluster(transport='shm') (every rank on this machine) or on threads")
     total = pad_bytes(comm.world_size) + -(-int(nbytes) // ALIGN) * ALIGN
     number, buffers, settled = opener(total)
+    size_word(buffers[comm.rank], comm.world_size)[0] = nbytes  # the barrier's signals publish it
     window = SymmetricMemory(comm, int(nbytes), buffers, number)
     try:
         window.barrier(CHANNELS - 1)  # every rank has mapped every window: names may go
+        asked = [int(size_word(b, comm.world_size)[0]) for b in buffers]
+        other = next((r for r, size in enumerate(asked) if size != nbytes), None)
+        if other is not None:
+            raise CollectiveMismatch(f"rank {other} asked for a window of {asked[other]} bytes, "
+                                     f"rank {comm.rank} for {nbytes}: every rank must ask for "
+                                     f"the same size", ranks=(other, comm.rank))
     except BaseException:
         window.close()
         raise

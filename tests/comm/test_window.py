@@ -202,3 +202,21 @@ def _channels(comm):
 def test_a_channel_outside_the_pad_is_refused():
     for errors in cluster_for("local", 2).run(_channels):
         assert len(errors) == 3 and all("valid channels are 0..3" in e for e in errors), errors
+
+
+def _sizes_that_map_alike(comm):
+    """Rank 1 asks for 60 bytes, the others for 64: segments of whole cache lines map alike."""
+    try:
+        rendezvous(comm, 60 if comm.rank == 1 else 64)
+    except CollectiveMismatch as e:
+        return str(e)
+    return "opened"
+
+
+@pytest.mark.parametrize("transport", ["local", pytest.param("shm", marks=pytest.mark.processes)])
+def test_sizes_that_round_to_the_same_memory_are_still_a_mismatch_on_every_rank(transport):
+    said = cluster_for(transport, 3).run(_sizes_that_map_alike)
+    assert said[1].startswith("rank 0 asked for a window of 64 bytes, rank 1 for 60"), said
+    for r in (0, 2):
+        assert said[r].startswith(f"rank 1 asked for a window of 60 bytes, rank {r} for 64"), said
+    assert cluster_for(transport, 3).run(lambda comm: rendezvous(comm, 60).nbytes) == [60] * 3
