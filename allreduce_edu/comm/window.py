@@ -15,8 +15,9 @@ dtype, storage_offset)`, `put_signal(dst_rank, channel)`, `wait_signal(src_rank,
 (`comm.open_window`): the shm transport (shared memory; linux and portable backends) and the
 thread transport; gRPC between machines cannot, and `rendezvous` says so.
 
-A window's first bytes are its signal pad: one 8-byte word per (channel, sender), then the size its
-rank asked for (ranks that ask for different sizes get CollectiveMismatch). A signal is not a
+A window's first bytes are its signal pad, one 8-byte word per (channel, sender), and after it one
+word more, the size its rank asked for (ranks that ask for different sizes get CollectiveMismatch);
+`pad_bytes` covers both, rounded up to a cache line, and the data starts after. A signal is not a
 flag set and cleared but a count: `put_signal` writes "this is my k-th signal to you on this
 channel", `wait_signal` waits for the count it expects next. One writer per word, nothing to
 reset, and a word left from an earlier round can never pass for a new one (sequence numbers
@@ -54,13 +55,13 @@ class WindowsUnavailable(CollectiveError):
 
 
 def pad_bytes(world_size: int) -> int:
-    """The signal pad's size: CHANNELS words per rank and the size word, rounded up to a cache
-    line."""
+    """Bytes before a window's data: its signal pad (CHANNELS words per rank) and the size word,
+    rounded up to a cache line."""
     return -(-(CHANNELS * world_size + 1) * 8 // ALIGN) * ALIGN
 
 
 def size_word(buffer: np.ndarray, world_size: int) -> np.ndarray:
-    """The pad's word after the signals: the window size its rank asked for (segments are sized
+    """The word after the signal pad: the window size its rank asked for (segments are sized
     to whole cache lines, so two sizes can map alike; this word tells them apart)."""
     at = CHANNELS * world_size * 8
     return buffer[at:at + 8].view(np.uint64)

@@ -170,7 +170,7 @@ class Incoming:
                 WORD.pack_into(self.view, 64, self._sleepers)
 
 
-# --- a link's two rings (link.py calls these) ------------------------------------------------
+# --- a link's two rings (link.py and kinds.py call these) ------------------------------------
 def open_ring(link) -> Outgoing | None:
     """This side's ring towards `link`'s peer, handed to it; None if there is no room for one (or
     the peer is gone already: the link finds that out soon enough). Small messages then go on

@@ -73,6 +73,7 @@ class ShmLink:
 
     def abort(self, error) -> None:  # nothing in flight to fail: a posted message is the peer's
         return
+
     def post(self, msg: Message) -> None:
         """Copy `msg` into the peer's ring (small: eager.py), a segment, or frames on the socket;
         ring the peer's doorbell unless it will find the message without one."""
@@ -127,6 +128,7 @@ class ShmLink:
     def send_frame(self, buffers: list, handle=None) -> None:  # one frame of another kind
         with self._lock:
             self._send(buffers, handle)
+
     def _send(self, buffers: list, handle=None) -> None:
         """One frame (under `_lock`); a sender whose peer cannot take it reads meanwhile."""
         c = self.comm

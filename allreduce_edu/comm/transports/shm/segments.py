@@ -130,7 +130,7 @@ class Outbox:
             self.link.pool.release(self.segment.id)
 
 
-# --- a receiver's side of a segment frame (link.py calls it) -----------------------------------
+# --- a receiver's side of a segment frame (kinds.py calls it) ----------------------------------
 def lease(link, h, handle) -> np.ndarray:
     """The array a segment frame (header `h`) describes, in the sender's segment (checked first);
     maps a new segment from `handle`, which it uses up."""
