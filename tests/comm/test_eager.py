@@ -112,7 +112,7 @@ def _mixed(comm, rounds):
         for i, size in enumerate(sizes):
             comm.send(0, np.full(size, i % 251, np.uint8), "mixed")
         return link.outgoing.sent, link.outgoing.sent - before
-    time.sleep(0.5)  # the whole burst waits: the ring fills, the rest goes on the socket
+    time.sleep(0.5)  # the whole burst is sent meanwhile (where it goes: the docstring)
     for i, size in enumerate(sizes):
         got = comm.recv(1, "mixed")
         assert got.shape == (size,) and (got == i % 251).all(), (i, size)
