@@ -124,7 +124,7 @@ class Mailbox:
                         f"rank {self.rank} waited past its deadline for {tag!r} "
                         f"from rank {src} {what}; "
                         f"is rank {src} stuck, or did it call something else?", ranks=(src,),
-                        waiting_for=awaited)
+                        waiting_for=awaited, call=str(signature) if signature else "")
                 if pump is None:
                     self._cond.wait(remaining)
                     continue

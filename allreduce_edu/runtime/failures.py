@@ -71,8 +71,7 @@ def absent(failures: list[Report], finished) -> tuple[int, list[int]] | None:
 
 def _did_not_take_part(rank: int, waiters: list[int], cause: Report, where: str) -> Report:
     """The report to raise when `rank` returned while `waiters` waited for it."""
-    said = re.search(r"from rank \d+ in (\w+\(.*?\));", str(cause.error))  # mailbox.take's words
-    what = said[1] if said else ""
+    what = getattr(cause.error, "call", "")  # the collective the waiter was in (mailbox.take)
     return Report(rank, cause.run_id, kind="error", error=CollectiveTimeout(
         f"rank {rank} returned from {where} while rank(s) {_list(waiters)} waited for it"
         + (f" in {what}" if what else "") + ": every rank must call the same collectives in the "

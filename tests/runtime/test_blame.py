@@ -4,6 +4,8 @@ to the rank that returned while the others waited (runtime/failures.py's `absent
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -29,12 +31,20 @@ def test_the_rank_that_never_called_the_collective_is_named_in_every_run(transpo
             with pytest.raises(CollectiveTimeout) as raised:
                 cluster.run(_all_but, missing, algorithm)
             named.append((missing, raised.value.failed_rank))
-            assert f"rank {missing} returned from cluster.run(_all_but)" in str(raised.value), run
+            said = str(raised.value)
+            assert f"rank {missing} returned from cluster.run(_all_but)" in said, run
+            assert f"waited for it in allreduce(algorithm='{algorithm}', op='sum'" in said, said
     assert all(missing == rank for missing, rank in named), named
 
 
 def _timeout(rank: int, waiting_for: int) -> Report:
     return Report(rank, 1, kind="error", error=CollectiveTimeout("t", waiting_for=waiting_for))
+
+
+def test_a_timeout_keeps_the_call_it_waited_in_between_processes():
+    sent = CollectiveTimeout("t", ranks=(1,), waiting_for=1, call="allreduce(op=sum)")
+    got = pickle.loads(pickle.dumps(sent))
+    assert (got.ranks, got.waiting_for, got.call) == ((1,), 1, "allreduce(op=sum)")
 
 
 def test_the_waits_are_followed_to_the_end_and_a_cycle_names_no_one():
