@@ -119,12 +119,13 @@ class Mailbox:
                                       f"{self._failed[src]}", ranks=(src,), waiting_for=awaited)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    what = f"in {signature}" if signature else "(plain recv)"
+                    call = str(signature) if signature else ""
+                    what = f"in {call}" if call else "(plain recv)"
                     raise CollectiveTimeout(
                         f"rank {self.rank} waited past its deadline for {tag!r} "
                         f"from rank {src} {what}; "
                         f"is rank {src} stuck, or did it call something else?", ranks=(src,),
-                        waiting_for=awaited, call=str(signature) if signature else "")
+                        waiting_for=awaited, call=call)
                 if pump is None:
                     self._cond.wait(remaining)
                     continue

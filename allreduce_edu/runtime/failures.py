@@ -71,7 +71,7 @@ def absent(failures: list[Report], finished) -> tuple[int, list[int]] | None:
 
 def _did_not_take_part(rank: int, waiters: list[int], cause: Report, where: str) -> Report:
     """The report to raise when `rank` returned while `waiters` waited for it."""
-    what = getattr(cause.error, "call", "")  # the collective the waiter was in (mailbox.take)
+    what = cause.error.call  # the collective the waiter was in (a CollectiveError: severity >= 3)
     return Report(rank, cause.run_id, kind="error", error=CollectiveTimeout(
         f"rank {rank} returned from {where} while rank(s) {_list(waiters)} waited for it"
         + (f" in {what}" if what else "") + ": every rank must call the same collectives in the "
