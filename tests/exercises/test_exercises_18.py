@@ -5,8 +5,10 @@ the lesson's helpers show the torn read and the stale flag the same way every ru
 from __future__ import annotations
 
 import re
+import time
 
 import numpy as np
+import pytest
 from conftest import cluster_for
 
 from allreduce_edu.comm.window import rendezvous
@@ -19,7 +21,7 @@ from allreduce_edu.exercises.lesson18 import (
 )
 
 
-def _two_shot(comm, x, wait_first=True, signal_all=True, start_of=lambda r, n: r):
+def _two_shot(comm, x, wait_first=True, signal_all=True, start_of=lambda r, n: r, slow=-1):
     """The solution, with one slip switched on by the arguments."""
     n, r, item = comm.world_size, comm.rank, x.itemsize
     edges = np.concatenate([[0], np.cumsum([len(p) for p in np.array_split(x, n)])])
@@ -33,6 +35,8 @@ def _two_shot(comm, x, wait_first=True, signal_all=True, start_of=lambda r, n: r
         if src != r and wait_first:
             win.wait_signal(src)
         acc += win.get_buffer(src, hi - lo, x.dtype, edges[start_of(r, n)] * item)
+    if r == slow:
+        time.sleep(0.05)  # rank `slow` writes its reduced slice late
     win.put(r, acc, offset=x.nbytes + lo * item)
     for k in range(1, n):
         win.put_signal((r + k) % n)
@@ -68,9 +72,17 @@ def test_the_solution_passes_and_the_scaffold_is_not_attempted():
     assert check_two_shot(my_two_shot).status == "not attempted"
 
 
-def test_reading_before_the_signal_names_the_late_rank_and_the_slice():
-    """On time it may pass by luck; with each rank in turn late it cannot."""
-    feedback = check_two_shot(no_wait_before_reading)
+def no_wait_and_a_slow_rank_1(comm, x):
+    """No wait before the first reads, and rank 1 slow to reduce: with every rank on time, rank 0
+    reads rank 1's reduced slice before it is written."""
+    return _two_shot(comm, x, wait_first=False, slow=1)
+
+
+@pytest.mark.parametrize("fn", [no_wait_before_reading, no_wait_and_a_slow_rank_1])
+def test_reading_before_the_signal_names_the_late_rank_and_the_slice(fn):
+    """On time it may pass by luck, or fail where a slow rank happens to be; with each rank in
+    turn late it fails the same way every run, and that is the failure named."""
+    feedback = check_two_shot(fn)
     assert not feedback
     found = re.search(r"rank (\d) reduced slice \1 \(elements \d+:\d+, as rank \d holds it\) "
                       r"without rank (\d)'s data .*: rank \1 read slice \1 from rank \2's window "
