@@ -15,7 +15,14 @@ import grpc
 log = logging.getLogger("allreduce_edu")
 
 TOKEN_KEY, RANK_KEY = "x-allreduce-token", "x-allreduce-rank"
-CHANNEL_OPTIONS = [("grpc.enable_http_proxy", 0)]  # loopback traffic must never go through a proxy
+CHANNEL_OPTIONS = [
+    ("grpc.enable_http_proxy", 0),  # loopback traffic must never go through a proxy
+    # a peer not listening yet (rank 0 still starting, at rendezvous) is dialled again within a
+    # second, not on gRPC's default backoff (1 s, growing 1.6x a try to 2 minutes), which leaves
+    # a rank 0 that listens after 20 s unasked until after a 30 s deadline
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
 
 
 def channel(address: str, tls: TLS | None = None) -> grpc.Channel:

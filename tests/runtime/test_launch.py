@@ -197,6 +197,42 @@ def test_the_rendezvous_refuses_ranks_that_do_not_fit():
     assert error.value.ranks == (1,)
 
 
+def test_join_dials_a_rank_0_that_is_not_ready_at_least_every_second():
+    """A rank 0 still starting: here a socket that takes each connection and drops it. join keeps
+    dialling within a second of each try; on gRPC's default backoff (1 s, then 1.6x more a try)
+    it would dial 3 times in these 4 s, and a rank 0 ready after 20 s would be asked after 30."""
+    import socket
+    import threading
+    from types import SimpleNamespace
+
+    from allreduce_edu.comm.errors import RankFailure
+    from allreduce_edu.runtime.rendezvous import join
+
+    listener, dials, stop = socket.create_server(("127.0.0.1", 0)), [], threading.Event()
+    listener.settimeout(0.05)
+
+    def take_and_drop():
+        while not stop.is_set():
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                continue
+            dials.append(time.monotonic())
+            connection.close()
+
+    taker = threading.Thread(target=take_and_drop, daemon=True)
+    taker.start()
+    comm = SimpleNamespace(rank=1, world_size=2, address="127.0.0.1:1", tls=None, metadata=())
+    try:
+        with pytest.raises(RankFailure, match="rendezvous at 127.0.0.1:.* did not answer"):
+            join(comm, f"127.0.0.1:{listener.getsockname()[1]}", time.monotonic() + 4.0)
+    finally:
+        stop.set()
+        taker.join(timeout=5)
+        listener.close()
+    assert len(dials) >= 5, f"join dialled {len(dials)} times in 4 s"
+
+
 def _free_port() -> int:
     import socket
     with socket.socket() as s:
