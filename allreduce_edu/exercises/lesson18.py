@@ -173,17 +173,23 @@ def _problem(reports, n: int, shape) -> tuple[bool, str]:
             if position == bounds[k] and counts == (1,) * n:
                 continue
             lo, hi = int(bounds[k]), int(bounds[k + 1])
+            if not np.any(piece) and r == k:
+                return False, message(__name__, "18.1", "own-slice-empty", rank=r, slice=k,
+                                      lo=lo, hi=hi)
             if not np.any(piece):
                 return True, message(__name__, "18.1", "slice-empty", rank=r, slice=k, lo=lo,
                                      hi=hi, owner=k)
-            if counts is None:
-                return False, message(__name__, "18.1", "slice-garbled", rank=r, slice=k, lo=lo,
-                                      hi=hi)
+            if counts is None:  # pieces of two writes, or a read across a write
+                return True, message(__name__, "18.1", "slice-garbled", rank=r, slice=k, lo=lo,
+                                     hi=hi)
             if position != bounds[k]:
                 other = int(np.searchsorted(bounds, position, side="right") - 1)
                 return False, message(__name__, "18.1", "wrong-slice", rank=r, slice=k, lo=lo,
                                       hi=hi, owner=k, other=other)
             missing = [s for s, c in enumerate(counts) if c == 0]
+            if k in missing:
+                return False, message(__name__, "18.1", "missing-own", rank=r, slice=k, lo=lo,
+                                      hi=hi, owner=k, held=ranks_text(counts))
             if missing:
                 return True, message(__name__, "18.1", "missing-peer", rank=r, slice=k, lo=lo,
                                      hi=hi, owner=k, src=missing[0], held=ranks_text(counts))
@@ -202,8 +208,9 @@ def check_two_shot(my_two_shot, world_sizes=(3, 4), counts=(10, 1001), late: flo
     every read after its signal. It runs on each world size and count, first with every rank on
     time, then with each rank in turn late out of rendezvous (a reader that does not wait reads
     that rank's window before it is written); a wait that never ends stops after `timeout`. A
-    read before its write seen with every rank on time is named as a late rank shows it: where
-    it lands on time is luck, and the feedback should not change from run to run."""
+    read before its write seen with every rank on time is named as a late rank shows it (where
+    it lands on time is luck, and the feedback should not change from run to run), or as seen
+    when no late rank shows it."""
     from ..runtime import Cluster
 
     for n in world_sizes:

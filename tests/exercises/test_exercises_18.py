@@ -21,7 +21,8 @@ from allreduce_edu.exercises.lesson18 import (
 )
 
 
-def _two_shot(comm, x, wait_first=True, signal_all=True, start_of=lambda r, n: r, slow=-1):
+def _two_shot(comm, x, wait_first=True, signal_all=True, start_of=lambda r, n: r, slow=-1,
+              own=True):
     """The solution, with one slip switched on by the arguments."""
     n, r, item = comm.world_size, comm.rank, x.itemsize
     edges = np.concatenate([[0], np.cumsum([len(p) for p in np.array_split(x, n)])])
@@ -31,7 +32,7 @@ def _two_shot(comm, x, wait_first=True, signal_all=True, start_of=lambda r, n: r
         win.put_signal((r + k) % n)
     lo, hi = edges[r], edges[r + 1]
     acc = np.zeros(hi - lo)
-    for src in range(n):
+    for src in range(n) if own else [s for s in range(n) if s != r]:
         if src != r and wait_first:
             win.wait_signal(src)
         acc += win.get_buffer(src, hi - lo, x.dtype, edges[start_of(r, n)] * item)
@@ -88,6 +89,40 @@ def test_reading_before_the_signal_names_the_late_rank_and_the_slice(fn):
                       r"without rank (\d)'s data .*: rank \1 read slice \1 from rank \2's window "
                       r"before rank \2 signalled: wait_signal\(\2\) first", feedback.message)
     assert found, feedback.message
+
+
+def test_a_race_seen_only_with_every_rank_on_time_is_named_as_seen():
+    """Here slice 1 comes back empty at 10 elements only, which no late run (at 1001) shows."""
+    solution = reference("18.1")
+
+    def empty_slice_1_at_10(comm, x):
+        y = solution(comm, x)
+        if x.size == 10:
+            y[4:7] = 0
+        return y
+
+    feedback = check_two_shot(empty_slice_1_at_10)
+    assert not feedback
+    assert feedback.message.startswith("3 ranks, x of shape (10,): rank 0's slice 1 (elements 4:7) "
+                                       "is all zeros"), feedback.message
+
+
+def test_a_rank_that_leaves_out_its_own_slice_is_told_so_not_to_wait():
+    feedback = check_two_shot(lambda comm, x: _two_shot(comm, x, own=False))
+    assert not feedback
+    assert feedback.message.startswith("3 ranks, x of shape (10,): rank 0 reduced slice 0 (elements "
+                                       "0:4, as rank 0 holds it) without its own data"), feedback.message
+
+    def own_slice_empty(comm, x):
+        y = reference("18.1")(comm, x)
+        n, r = comm.world_size, comm.rank
+        edges = np.concatenate([[0], np.cumsum([len(p) for p in np.array_split(x, n)])])
+        y[edges[r]:edges[r + 1]] = 0
+        return y
+
+    feedback = check_two_shot(own_slice_empty)
+    assert not feedback and "rank 0's own slice 0 (elements 0:4) is all zeros" in feedback.message
+    assert "wait_signal" not in feedback.message
 
 
 def test_a_missing_put_signal_names_the_rank_and_the_pad_slot_and_does_not_hang():
