@@ -199,8 +199,8 @@ def test_the_rendezvous_refuses_ranks_that_do_not_fit():
 
 def test_join_dials_a_rank_0_that_is_not_ready_at_least_every_second():
     """A rank 0 still starting: here a socket that takes each connection and drops it. join keeps
-    dialling within a second of each try; on gRPC's default backoff (1 s, then 1.6x more a try)
-    it would dial 3 times in these 4 s, and a rank 0 ready after 20 s would be asked after 30."""
+    dialling within about a second of each try; on gRPC's default backoff (1 s, then 1.6x more a
+    try) it dials 3 times in these 4 s, and a rank 0 ready at 17 s is asked at about 26 s."""
     import socket
     import threading
     from types import SimpleNamespace
