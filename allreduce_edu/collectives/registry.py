@@ -28,9 +28,10 @@ LAYOUTS = ("ring", "star", "tree", "hypercube", "double_tree", "circle")
 
 
 def split_bounds(size: int, chunks: int) -> np.ndarray:
-    """Chunk edges as np.array_split cuts a flat buffer: sizes differ by at most one (ring.py)."""
-    sizes = [len(p) for p in np.array_split(np.empty(size), chunks)]
-    return np.concatenate([[0], np.cumsum(sizes)])
+    """Chunk edges as np.array_split cuts a flat buffer (ring.py): sizes differ by at most one,
+    the first size % chunks chunks the longer."""
+    q, extra = divmod(size, chunks)
+    return np.array([i * q + min(i, extra) for i in range(chunks + 1)])
 
 
 def block_bounds(size: int, chunks: int) -> np.ndarray:

@@ -38,7 +38,15 @@ from .registry import allreduce_algorithm, reduce_into, split_bounds
 
 HEADER = 64  # a half's first bytes: the call's stamp
 MIN_CAPACITY = 64 << 10  # the smallest region a scratch window is made with
-_SCRATCH: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # comm -> [window, calls]
+_SCRATCH: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # comm -> Scratch
+
+
+class Scratch:
+    """A communicator's scratch window, how many calls it has served, the run it belongs to, and
+    the views its calls have asked for (made once: NumPy takes microseconds to make each)."""
+
+    def __init__(self, window, epoch: int):
+        self.window, self.calls, self.epoch, self.views = window, 0, epoch, {}
 
 
 def scratch(comm, nbytes: int, regions: int):
@@ -47,25 +55,25 @@ def scratch(comm, nbytes: int, regions: int):
     for a different size would open windows of different sizes, which rendezvous refuses)."""
     held = _SCRATCH.get(comm)
     epoch = getattr(comm, "epoch", 0)  # a new run starts from fresh counts on every rank
-    if held is None or held[2] != epoch or held[0].nbytes < 2 * (HEADER + regions * nbytes):
+    if held is None or held.epoch != epoch or held.window.nbytes < 2 * (HEADER + regions * nbytes):
         capacity = max(MIN_CAPACITY, 1 << (max(regions * nbytes, 1) - 1).bit_length())
         if held is not None:
-            held[0].close()
+            held.window.close()
         _SCRATCH.pop(comm, None)
-        held = _SCRATCH[comm] = [rendezvous(comm, 2 * (HEADER + capacity)), 0, epoch]
-    held[1] += 1
-    return held[0], (held[1] % 2) * (held[0].nbytes // 2)
+        held = _SCRATCH[comm] = Scratch(rendezvous(comm, 2 * (HEADER + capacity)), epoch)
+    held.calls += 1
+    return held.window, (held.calls % 2) * (held.window.nbytes // 2)
 
 
 @functools.lru_cache(maxsize=256)
-def _stamp_of(what: str, nbytes: int) -> tuple[int, int]:
-    return zlib.crc32(what.encode()), nbytes
+def _stamp_of(label: str, op: str, dtype: np.dtype, shape: tuple, nbytes: int) -> tuple[int, int]:
+    return zlib.crc32(f"{label} {op} {dtype} {shape}".encode()), nbytes  # str(dtype): 9 µs here
 
 
 def _stamp(call, x: np.ndarray, number: int) -> tuple[int, int]:
     """What this call reduces, and its number among the window's calls, as two numbers every
     reader compares with its own (data left from another call never passes)."""
-    crc, nbytes = _stamp_of(f"{call.label} {call.signature.op} {x.dtype} {x.shape}", x.nbytes)
+    crc, nbytes = _stamp_of(call.label, call.signature.op, x.dtype, x.shape, x.nbytes)
     return crc ^ (number << 32), nbytes
 
 
@@ -77,13 +85,23 @@ def _check_stamp(comm, call, theirs: np.ndarray, src: int, stamp: tuple[int, int
             f"call it with the same shape, dtype and op", ranks=(src, comm.rank))
 
 
-def _views(window, half: int, x: np.ndarray, offset: int = 0) -> list[np.ndarray]:
+def _views(comm, half: int, x: np.ndarray, offset: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
     """Each rank's stamp and, from `offset`, an array like `x` in this call's half of its window
-    (checked once here: the loops below index them directly)."""
-    window.get_buffer(window.rank, x.shape, x.dtype, half + HEADER + offset)  # fits, or raises
-    start = half + HEADER + offset
-    return [(data[half:half + 16].view(np.uint64),
-             data[start:start + x.nbytes].view(x.dtype).reshape(x.shape)) for data in window.data]
+    (checked once, when first asked for: the loops below index them directly)."""
+    held = _SCRATCH[comm]
+    key = (half, offset, x.dtype, x.shape)
+    views = held.views.get(key)
+    if views is None:
+        window = held.window
+        window.get_buffer(window.rank, x.shape, x.dtype, half + HEADER + offset)  # fits, or raises
+        start = half + HEADER + offset
+        views = [(data[half:half + 16].view(np.uint64),
+                  data[start:start + x.nbytes].view(x.dtype).reshape(x.shape))
+                 for data in window.data]
+        if len(held.views) >= 64:  # calls of many shapes: keep the newest few
+            held.views.clear()
+        held.views[key] = views
+    return views
 
 
 def _publish(comm, window, mine, x: np.ndarray, stamp: tuple[int, int]) -> None:
@@ -109,7 +127,7 @@ def allreduce_one_shot(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
         return x.copy()
     window, half = scratch(comm, x.nbytes, 1)
     call = comm.current_call()
-    stamp, views = _stamp(call, x, _SCRATCH[comm][1]), _views(window, half, x)
+    stamp, views = _stamp(call, x, _SCRATCH[comm].calls), _views(comm, half, x)
     _publish(comm, window, views[comm.rank], x, stamp)
     acc = None
     for src, (stamped, theirs) in enumerate(views):  # in rank order: every rank adds alike
@@ -133,8 +151,8 @@ def allreduce_two_shot(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
     window, half = scratch(comm, x.nbytes, 2)
     call = comm.current_call()
     flat = x.reshape(-1)
-    stamp, inputs = _stamp(call, x, _SCRATCH[comm][1]), _views(window, half, flat)
-    reduced = [v for _, v in _views(window, half, flat, x.nbytes)]  # region B, after region A
+    stamp, inputs = _stamp(call, x, _SCRATCH[comm].calls), _views(comm, half, flat)
+    reduced = [v for _, v in _views(comm, half, flat, x.nbytes)]  # region B, after region A
     _publish(comm, window, inputs[r], flat, stamp)
     bounds, item = split_bounds(x.size, n), x.itemsize
     lo, hi = bounds[r], bounds[r + 1]

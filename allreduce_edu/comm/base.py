@@ -13,9 +13,9 @@ from ..trace import Receive, Trace
 from .calls import Calls
 from .contract import Comm
 from .courier import Courier
-from .dtypes import WIRE_DTYPES, check_array  # noqa: F401 - where callers have found them
+from .dtypes import WIRE_DTYPES, as_shape, check_array  # noqa: F401 - where callers found them
 from .errors import CollectiveError, CollectiveTimeout
-from .mailbox import ACKNOWLEDGED, SYNCHRONOUS, Mailbox, Message, Signature
+from .mailbox import ACKNOWLEDGED, SYNCHRONOUS, Mailbox, Message, signature
 from .progress import Progress
 from .request import Request
 
@@ -199,10 +199,8 @@ class Communicator(Comm):
         progress = self._progress  # non-blocking collectives first: ranks number calls in order
         if progress is not None and threading.current_thread() is not progress.thread:
             progress.drain()
-        call = self._calls.open(Signature(name, algorithm, op,
-                                          np.dtype(dtype).name if dtype != "" else "",
-                                          tuple(int(s) for s in shape), root), self.timeout,
-                                space)
+        call = self._calls.open(signature(name, algorithm, op, dtype, as_shape(shape), root),
+                                self.timeout, space)
         self.mailbox.discard_collectives_before(self.epoch, call.collective_id)
         try:
             yield call

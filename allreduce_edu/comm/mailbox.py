@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import threading
 import time
 from collections import defaultdict, deque
@@ -40,6 +41,16 @@ class Signature:
         parts += [f"root={self.root}"] if self.root >= 0 else []
         parts += [f"dtype={self.dtype}", f"shape={self.shape}"]
         return f"{self.collective}({', '.join(parts)})"
+
+
+@functools.lru_cache(maxsize=256)
+def signature(collective: str, algorithm: str = "", op: str = "", dtype="", shape: tuple = (),
+              root: int = -1) -> Signature:
+    """The Signature of a call (made once per distinct call: a frozen dataclass takes
+    microseconds to build, and NumPy a microsecond to name a dtype); `dtype` as NumPy takes it,
+    "" for none; `shape` a tuple of ints."""
+    name = "" if isinstance(dtype, str) and not dtype else np.dtype(dtype).name
+    return Signature(collective, algorithm, op, name, shape, root)
 
 
 @dataclass

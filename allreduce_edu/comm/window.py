@@ -34,11 +34,13 @@ CollectiveAborted) and checks its deadline (CollectiveTimeout).
 
 from __future__ import annotations
 
+import math
 import os
 import time
 
 import numpy as np
 
+from .dtypes import as_shape
 from .errors import CollectiveError, CollectiveMismatch, CollectiveTimeout
 
 TRANSPORTS = frozenset({"local", "shm"})  # the transports whose ranks can map each other's memory
@@ -110,8 +112,10 @@ class SymmetricMemory:
         self.pads = [b[:CHANNELS * self.world_size * 8].view(np.uint64).reshape(CHANNELS, -1)
                      for b in buffers]
         self.data = [b[start:start + nbytes] for b in buffers]
-        self.sent = np.zeros((self.world_size, CHANNELS), np.uint64)  # signals I gave each rank
-        self.seen = np.zeros((self.world_size, CHANNELS), np.uint64)  # signals I took from each
+        # signals I gave each rank, and took from each, per channel (Python ints: a NumPy
+        # element's read-modify-write costs a microsecond)
+        self.sent = [[0] * CHANNELS for _ in range(self.world_size)]
+        self.seen = [[0] * CHANNELS for _ in range(self.world_size)]
         self.store, self.load = _kernels()
 
     def __repr__(self) -> str:
@@ -123,8 +127,8 @@ class SymmetricMemory:
         writing it writes that rank's memory)."""
         self.comm.check_peer(rank, "rank")
         dtype = np.dtype(dtype)
-        shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(d) for d in shape)
-        count = int(np.prod(shape))
+        shape = as_shape(shape)
+        count = math.prod(shape)
         if offset < 0 or offset % dtype.itemsize or offset + count * dtype.itemsize > self.nbytes:
             raise ValueError(f"rank {self.rank}: {count} × {dtype} at byte {offset} does not fit "
                              f"a {self.nbytes}-byte window aligned to {dtype.itemsize} bytes")
@@ -144,18 +148,19 @@ class SymmetricMemory:
         """Signal rank `dst` on `channel`: everything this rank wrote before is visible first."""
         self.comm.check_peer(dst, "dst")
         self.check_channel(channel)
-        self.sent[dst, channel] += 1
-        self.store(self.pads[dst], channel, self.rank, self.sent[dst, channel])
+        sent = self.sent[dst]
+        sent[channel] += 1
+        self.store(self.pads[dst], channel, self.rank, sent[channel])
 
     def wait_signal(self, src: int, channel: int = 0, timeout: float | None = None) -> None:
         """Wait until rank `src` has signalled this rank on `channel` once more than it had when
         this rank last waited for it; spin, then nap (module docstring)."""
         self.comm.check_peer(src, "src")
         self.check_channel(channel)
-        wanted, pad, load = self.seen[src, channel] + 1, self.pads[self.rank], self.load
-        if load(pad, channel, src) < wanted:
+        wanted = self.seen[src][channel] + 1
+        if self.load(self.pads[self.rank], channel, src) < wanted:
             self._wait(src, channel, wanted, timeout)
-        self.seen[src, channel] = wanted  # only once it came: a wait that failed took nothing
+        self.seen[src][channel] = wanted  # only once it came: a wait that failed took nothing
 
     def _wait(self, src: int, channel: int, wanted: int, timeout: float | None) -> None:
         pad, load = self.pads[self.rank], self.load

@@ -7,12 +7,14 @@ memory."""
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 
 import numpy as np
 
 from ...base import Request
+from ...dtypes import as_shape
 from ...errors import CollectiveTimeout, RankFailure
 from ...mailbox import Message
 from ...wire import Assembler, WireError
@@ -65,8 +67,8 @@ class ShmLink:
     def send_buffer(self, shape, dtype) -> np.ndarray:
         """An array in this link's segments, sent uncopied (small ones, or a full pool: plain)."""
         dtype = np.dtype(dtype)
-        shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(d) for d in shape)
-        if dtype.itemsize * int(np.prod(shape)) <= INLINE_BYTES or self.error is not None:
+        shape = as_shape(shape)
+        if dtype.itemsize * math.prod(shape) <= INLINE_BYTES or self.error is not None:
             return np.empty(shape, dtype)
         outbox = self.outbox(shape, dtype)
         return np.empty(shape, dtype) if outbox is None else outbox
@@ -158,7 +160,7 @@ class ShmLink:
 
     def outbox(self, shape: tuple, dtype: np.dtype) -> np.ndarray | None:
         """An array in a free segment of this link's pool, or None if the pool is full."""
-        segment = self.pool.acquire(dtype.itemsize * int(np.prod(shape)))
+        segment = self.pool.acquire(dtype.itemsize * math.prod(shape))
         return None if segment is None else np.asarray(Outbox(self, segment, dtype, shape))
 
     def give_back(self, segment: int) -> None:

@@ -8,6 +8,7 @@ segment goes back to the sender when the last view of that array is dropped.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 
@@ -110,7 +111,7 @@ class Outbox:
 
     def __init__(self, link, segment, dtype: np.dtype, shape: tuple):
         self.link, self.segment, self.sent = link, segment, False
-        self.nbytes = dtype.itemsize * int(np.prod(shape))
+        self.nbytes = dtype.itemsize * math.prod(shape)
         self.__array_interface__ = {"shape": shape, "typestr": dtype.str, "version": 3,
                                     "data": (segment.address, False)}
 
