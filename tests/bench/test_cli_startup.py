@@ -14,19 +14,24 @@ resource = pytest.importorskip("resource", reason="CPU time of a child from getr
 HEAVY = ("nbformat", "jsonschema", "matplotlib", "anywidget", "ipywidgets", "allreduce_edu.course.site")
 
 
-def _cpu_seconds(*args: str) -> tuple[float, subprocess.CompletedProcess]:
+def _cpu_seconds(*argv: str) -> tuple[float, subprocess.CompletedProcess]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run([sys.executable, "-m", "allreduce_edu.cli", *args], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=60)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), done
 
 
 @pytest.mark.parametrize("args, status", [(("--help",), 0), (("bench", "--algorithm", "foo"), 2)])
-def test_help_and_a_bad_argument_answer_in_well_under_a_second_of_cpu(args, status):
-    seconds, done = _cpu_seconds(*args)
+def test_help_and_a_bad_argument_cost_little_more_cpu_than_importing_the_package(args, status):
+    # the peer, timed in the same run: a Python that imports the package and does nothing else
+    # (0.4 s of CPU on one machine of this kind, 0.9 s on a slower one); nbformat's schema
+    # grammar alone added 3.1 s
+    _cpu_seconds("-c", "import allreduce_edu")  # the bytecode is compiled: neither pays for it
+    peer = min(_cpu_seconds("-c", "import allreduce_edu")[0] for _ in range(2))
+    seconds, done = _cpu_seconds("-m", "allreduce_edu.cli", *args)
     assert done.returncode == status, done.stderr
-    assert seconds < 1.0, f"allreduce-edu {' '.join(args)} used {seconds:.2f} s of CPU"
+    assert seconds < peer + 0.5, (f"allreduce-edu {' '.join(args)} used {seconds:.2f} s of CPU, "
+                                  f"importing the package {peer:.2f} s")
 
 
 def test_parsing_the_command_line_imports_nothing_heavy():
