@@ -1,5 +1,5 @@
 """Lesson 12 · overlapping communication with compute: DDP's buckets during backward, what stays
-exposed, ZeRO-3's prefetch; the lesson's measurements (`measure`, `plot_overlap`, `busy_cores`,
+exposed, ZeRO-3's prefetch; the lesson's measurements (`measure`, `plot_overlap`, `busy_shares`,
 `zero3_pass`) and its checkers: `check_choose_bucket` runs your bucket size through
 `predict_exposed` on three networks, `check_no_overlap` compares your number with the sum of the
 buckets' ring times, `check_overlap_answer` takes a letter.
@@ -104,12 +104,19 @@ def busy_cores(cluster, nbytes: int, iters: int = 10, repeats: int = 3) -> float
     """The share of this machine's cores the ranks keep busy while they do nothing but all-reduce
     `nbytes`: their CPU seconds (every thread) over wall seconds × cores, the median of `repeats`
     rows of `iters` all-reduces (a busy moment of the machine moves one row). Ranks in processes."""
-    shares = []
+    return busy_shares({"": cluster}, nbytes, iters, repeats)[""]
+
+
+def busy_shares(clusters: dict, nbytes: int, iters: int = 10, repeats: int = 5) -> dict:
+    """busy_cores of each cluster (name -> cluster), their rows taken in turn, round after round,
+    so that a busy moment of the machine falls on all of them alike."""
+    shares = {name: [] for name in clusters}
     for _ in range(repeats):
-        per_rank = cluster.run(_cpu_of_allreduces, nbytes, iters)
-        wall = max(w for w, _ in per_rank)
-        shares.append(sum(c for _, c in per_rank) / (wall * usable_cpus()))
-    return float(np.median(shares))
+        for name, cluster in clusters.items():
+            per_rank = cluster.run(_cpu_of_allreduces, nbytes, iters)
+            wall = max(w for w, _ in per_rank)
+            shares[name].append(sum(c for _, c in per_rank) / (wall * usable_cpus()))
+    return {name: float(np.median(s)) for name, s in shares.items()}
 
 
 # --- 12.1 ------------------------------------------------------------------------------------
