@@ -98,7 +98,7 @@ def _views(comm, half: int, x: np.ndarray, offset: int = 0) -> list[tuple[np.nda
         views = [(data[half:half + 16].view(np.uint64),
                   data[start:start + x.nbytes].view(x.dtype).reshape(x.shape))
                  for data in window.data]
-        if len(held.views) >= 64:  # calls of many shapes: keep the newest few
+        if len(held.views) >= 64:  # calls of many shapes: start the cache again
             held.views.clear()
         held.views[key] = views
     return views
