@@ -49,9 +49,9 @@ class Scratch:
         self.window, self.calls, self.epoch, self.views = window, 0, epoch, {}
 
 
-def scratch(comm, nbytes: int, regions: int):
-    """The communicator's scratch window, with room for `regions` × `nbytes` in each half, and the
-    byte offset of this call's half (every rank of a collective asks the same: ranks that asked
+def scratch(comm, nbytes: int, regions: int) -> tuple[Scratch, int]:
+    """The communicator's Scratch, its window with room for `regions` × `nbytes` in each half, and
+    the byte offset of this call's half (every rank of a collective asks the same: ranks that asked
     for a different size would open windows of different sizes, which rendezvous refuses)."""
     held = _SCRATCH.get(comm)
     epoch = getattr(comm, "epoch", 0)  # a new run starts from fresh counts on every rank
@@ -62,7 +62,7 @@ def scratch(comm, nbytes: int, regions: int):
         _SCRATCH.pop(comm, None)
         held = _SCRATCH[comm] = Scratch(rendezvous(comm, 2 * (HEADER + capacity)), epoch)
     held.calls += 1
-    return held.window, (held.calls % 2) * (held.window.nbytes // 2)
+    return held, (held.calls % 2) * (held.window.nbytes // 2)
 
 
 @functools.lru_cache(maxsize=256)
@@ -85,10 +85,10 @@ def _check_stamp(comm, call, theirs: np.ndarray, src: int, stamp: tuple[int, int
             f"call it with the same shape, dtype and op", ranks=(src, comm.rank))
 
 
-def _views(comm, half: int, x: np.ndarray, offset: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+def _views(held: Scratch, half: int, x: np.ndarray,
+           offset: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
     """Each rank's stamp and, from `offset`, an array like `x` in this call's half of its window
     (checked once, when first asked for: the loops below index them directly)."""
-    held = _SCRATCH[comm]
     key = (half, offset, x.dtype, x.shape)
     views = held.views.get(key)
     if views is None:
@@ -125,9 +125,9 @@ def allreduce_one_shot(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
     """Every rank reads every peer's whole buffer from its window and reduces all N (one round)."""
     if comm.world_size == 1:
         return x.copy()
-    window, half = scratch(comm, x.nbytes, 1)
-    call = comm.current_call()
-    stamp, views = _stamp(call, x, _SCRATCH[comm].calls), _views(comm, half, x)
+    held, half = scratch(comm, x.nbytes, 1)
+    window, call = held.window, comm.current_call()
+    stamp, views = _stamp(call, x, held.calls), _views(held, half, x)
     _publish(comm, window, views[comm.rank], x, stamp)
     acc = None
     for src, (stamped, theirs) in enumerate(views):  # in rank order: every rank adds alike
@@ -148,11 +148,11 @@ def allreduce_two_shot(comm, x: np.ndarray, op: str = "sum") -> np.ndarray:
     n, r = comm.world_size, comm.rank
     if n == 1:
         return x.copy()
-    window, half = scratch(comm, x.nbytes, 2)
-    call = comm.current_call()
+    held, half = scratch(comm, x.nbytes, 2)
+    window, call = held.window, comm.current_call()
     flat = x.reshape(-1)
-    stamp, inputs = _stamp(call, x, _SCRATCH[comm].calls), _views(comm, half, flat)
-    reduced = [v for _, v in _views(comm, half, flat, x.nbytes)]  # region B, after region A
+    stamp, inputs = _stamp(call, x, held.calls), _views(held, half, flat)
+    reduced = [v for _, v in _views(held, half, flat, x.nbytes)]  # region B, after region A
     _publish(comm, window, inputs[r], flat, stamp)
     bounds, item = split_bounds(x.size, n), x.itemsize
     lo, hi = bounds[r], bounds[r + 1]
