@@ -68,15 +68,18 @@ def _send_times(comm, sizes, dsts, reps=5):
     return out
 
 
-def test_each_message_waits_alpha_plus_bytes_beta_within_20_percent():
+def test_each_message_waits_alpha_plus_bytes_beta_never_less_and_once():
+    """Each send takes its link's α + nβ: never less (the emulation sleeps until then), and less than
+    1.5 times it (a link charged twice would take twice). Late only as the host's scheduler makes it:
+    the least of 7 tries was 20 % over once in ~30 runs beside other work (0.2 ms on the 1 ms link)."""
     # links far slower than the in-process transport (a 1 MiB copy costs up to ~0.5 ms on a busy host)
     links = Links.two_level(2, intra=(1e-3, 10e-3 / MiB), inter=(3e-3, 30e-3 / MiB))
     sizes = (0, 64 << 10, MiB)
     with ae.Cluster(4, transport="local", links=links) as cluster:
         measured = cluster.run(_send_times, sizes, (1, 2), 7)[0]
     for (dst, size), seconds in measured.items():
-        link = links.link(0, dst)
-        assert seconds == pytest.approx(link.seconds(size), rel=0.2), (dst, size, seconds, link.seconds(size))
+        wanted = links.link(0, dst).seconds(size)
+        assert wanted <= seconds < 1.5 * wanted, (dst, size, seconds, wanted)
 
 
 def _one_way(comm, size, reps=5):
