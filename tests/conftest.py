@@ -18,13 +18,6 @@ if _outer:
     os.makedirs(_outer, exist_ok=True)
 os.environ["ALLREDUCE_EDU_DATA_DIR"] = tempfile.mkdtemp(prefix="allreduce-edu-test-data-", dir=_outer or None)
 
-# Ctrl-C reaches the tests as it reaches a terminal or a Jupyter kernel. A shell that starts a command in
-# the background without job control (`cmd &` in a script, nohup) hands it SIGINT ignored, and Python then
-# leaves it ignored: the tests of interrupted runs would wait out their timeouts. Python's own handler,
-# then; the processes the tests start get the default back (a caught signal is reset by exec).
-if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-
 import allreduce_edu as ae  # noqa: E402 - after the data folder is set
 from allreduce_edu.comm.transports.shm import backend as shm_backends  # noqa: E402
 from allreduce_edu.comm.transports.shm import linux as shm_linux  # noqa: E402
@@ -32,6 +25,17 @@ from allreduce_edu.comm.transports.shm import portable as shm_portable  # noqa: 
 from allreduce_edu.runtime import limits, osfacts  # noqa: E402
 
 _clusters: dict[tuple, ae.Cluster] = {}
+
+
+def pytest_configure(config):
+    """Ctrl-C reaches the tests as it reaches a terminal or a Jupyter kernel. A shell that starts a
+    command in the background without job control (`cmd &` in a script, nohup) hands it SIGINT
+    ignored, and Python leaves it ignored: the tests of interrupted runs would wait out their
+    timeouts. Python's own handler, then; the processes the tests start get the default back (exec
+    resets a caught signal). A hook, not module code: rank processes import this module to unpickle
+    its helpers, on a worker thread, and a rank ignores SIGINT on purpose."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @contextlib.contextmanager
