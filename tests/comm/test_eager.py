@@ -127,9 +127,16 @@ def test_ring_socket_and_segments_keep_one_order(shm_backend):
     assert SLOTS <= sent_here <= fits  # a ring's worth at least, and none too big for a slot
 
 
+def _counts(link):
+    """(messages taken from the ring, messages assembled): read together, as no reader is between
+    taking a message and assembling it (the peer's first ping may be arriving meanwhile)."""
+    with link._reading:
+        return link.incoming.taken, link.assembler.messages
+
+
 def _pingpong(comm, rounds):
     link = comm.nearby.links[1 - comm.rank]
-    before = link.incoming.taken, link.assembler.messages
+    before = _counts(link)
     comm.barrier()
     x = np.arange(2, dtype=np.float32)
     for i in range(rounds):
@@ -140,7 +147,8 @@ def _pingpong(comm, rounds):
             comm.send(0, comm.recv(0, "ping"), "pong")
         if i % 50 == 0:
             time.sleep(0.02)  # the peer falls asleep on its socket: the doorbell wakes it
-    return link.incoming.taken - before[0], link.assembler.messages - before[1], link.doorbells
+    after = _counts(link)
+    return after[0] - before[0], after[1] - before[1], link.doorbells
 
 
 @pytest.mark.processes
