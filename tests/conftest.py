@@ -76,11 +76,16 @@ def shm_backend(request) -> str:
         yield request.param
 
 
+def close_clusters() -> None:
+    """Close every shared cluster (the next cluster_for starts a new one)."""
+    while _clusters:
+        _clusters.popitem()[1].close()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _close_clusters():
     yield
-    for cluster in _clusters.values():
-        cluster.close()
+    close_clusters()
 
 
 @pytest.fixture(autouse=True)
