@@ -17,6 +17,7 @@ LIMIT_VARIABLE = "ALLREDUCE_EDU_LESSON_LIMIT_S"
 
 _spent: dict[str, float] = {}  # notebook -> seconds its cells have taken so far
 _over: set[str] = set()  # notebooks already reported over the limit
+_lessons_started: list[bool] = []  # [True] once the first lesson's first cell has been set up
 
 
 def _notebook(item) -> str | None:
@@ -34,6 +35,21 @@ def pytest_collection_modifyitems(config, items):
         reason = skip_reason(item.parent.nb.metadata, item.cell.metadata)
         if reason:
             item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Before the first lesson, close the clusters the tests share (tests/conftest.py keeps one
+    per transport, size and backend for the session): some 60 rank processes idle beside a lesson
+    otherwise, and their threads, waking now and then, take the lesson's ranks' turns on the cores
+    (lesson 12's overlap measurement moved with them, and its time neared the limit)."""
+    if _notebook(item) is None or _lessons_started:
+        return
+    _lessons_started.append(True)
+    for plugin in item.config.pluginmanager.get_plugins():
+        close = getattr(plugin, "close_clusters", None)
+        if callable(close):
+            close()
 
 
 @pytest.hookimpl(hookwrapper=True)
