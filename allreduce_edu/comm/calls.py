@@ -11,6 +11,7 @@ any collective has none: its messages are plain ones (collective id 0, no signat
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 
@@ -27,9 +28,10 @@ class CollectiveCall:
     timeout: float  # how long each wait of this call may take, in seconds
     depth: int = 1
 
-    @property
+    @functools.cached_property
     def label(self) -> str:
-        """"allreduce/ring": what a trace event says it belonged to."""
+        """"allreduce/ring": what a trace event says it belonged to (made once a call: every
+        message of the call reads it)."""
         return f"{self.signature.collective}/{self.signature.algorithm}".rstrip("/")
 
 

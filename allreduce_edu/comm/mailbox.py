@@ -80,7 +80,11 @@ class Mailbox:
 
     def __init__(self, rank: int, world_size: int):
         self.rank, self.world_size = rank, world_size
-        self._cond = threading.Condition()
+        # the lock is entered directly: a Condition's own `with` costs a microsecond here (its
+        # methods are Python), twice a message; the Condition is for recvs that sleep on it
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._sleeping = 0  # recvs asleep on _cond (no pump): deliver wakes them if there are any
         self._queues: dict[tuple, deque[Message]] = defaultdict(deque)
         self._signatures: dict[tuple[int, int], dict[int, Signature]] = defaultdict(dict)
         self._failed: dict[int, str] = {}  # peer rank -> why it is gone
@@ -89,7 +93,7 @@ class Mailbox:
 
     def deliver(self, msg: Message) -> None:
         """Called by the transport when a whole message has arrived."""
-        with self._cond:
+        with self._lock:
             if msg.epoch < self._epoch:
                 return  # a late message from an abandoned run: never mistaken for a new one
             msg.t_arrived = perf_counter()
@@ -100,7 +104,8 @@ class Mailbox:
             self._queues[(msg.src, msg.epoch, msg.collective_id, msg.tag)].append(msg)
             if msg.signature is not None:
                 self._signatures[(msg.epoch, msg.collective_id)].setdefault(msg.src, msg.signature)
-            self._cond.notify_all()
+            if self._sleeping:
+                self._cond.notify_all()
 
     def take(self, src: int, tag: str, epoch: int, collective_id: int,
              signature: Signature | None, deadline: float, pump=None) -> Message:
@@ -112,7 +117,7 @@ class Mailbox:
         """
         key = (src, epoch, collective_id, tag)
         awaited = src if signature is not None else None  # in a collective: the Cluster follows
-        with self._cond:
+        with self._lock:
             while True:
                 if self._aborted is not None:
                     aborted = copy.copy(self._aborted)
@@ -120,9 +125,10 @@ class Mailbox:
                     raise aborted
                 if signature is not None:
                     self._check_agreement(epoch, collective_id, signature)
-                if self._queues.get(key):
-                    msg = self._queues[key].popleft()
-                    if not self._queues[key]:
+                queue = self._queues.get(key)
+                if queue:
+                    msg = queue.popleft()
+                    if not queue:
                         del self._queues[key]
                     return msg
                 if src in self._failed:
@@ -138,13 +144,17 @@ class Mailbox:
                         f"is rank {src} stuck, or did it call something else?", ranks=(src,),
                         waiting_for=awaited, call=call)
                 if pump is None:
-                    self._cond.wait(remaining)
+                    self._sleeping += 1
+                    try:
+                        self._cond.wait(remaining)
+                    finally:
+                        self._sleeping -= 1
                     continue
-                self._cond.release()
+                self._lock.release()
                 try:
                     pump(min(remaining, PUMP_SLICE))
                 finally:
-                    self._cond.acquire()
+                    self._lock.acquire()
 
     def _check_agreement(self, epoch: int, collective_id: int, mine: Signature) -> None:
         for src, theirs in self._signatures.get((epoch, collective_id), {}).items():
@@ -156,14 +166,14 @@ class Mailbox:
 
     def peer_failed(self, src: int, reason: str) -> None:
         """Mark a peer as gone: waits on it raise RankFailure instead of timing out."""
-        with self._cond:
+        with self._lock:
             self._failed.setdefault(src, reason)
             self._cond.notify_all()
 
     def trouble(self, src: int, what: str) -> CollectiveError | None:
         """Why a wait on `src` (`what`, e.g. "its signal") must stop now: this rank's abort, or
         `src` gone; None if neither (a wait outside the mailbox, comm.window, asks this)."""
-        with self._cond:
+        with self._lock:
             if self._aborted is not None:
                 aborted = copy.copy(self._aborted)
                 aborted.waiting_for = src
@@ -175,13 +185,13 @@ class Mailbox:
 
     def abort(self, error: CollectiveError) -> None:
         """Make every current and future wait raise `error` until the next `reset`."""
-        with self._cond:
+        with self._lock:
             self._aborted = error
             self._cond.notify_all()
 
     def reset(self, epoch: int) -> None:
         """Start a new run: forget older messages and any abort."""
-        with self._cond:
+        with self._lock:
             self._epoch, self._aborted = epoch, None
             for key in [k for k in self._queues if k[1] < epoch]:
                 del self._queues[key]
@@ -191,7 +201,7 @@ class Mailbox:
     def discard_collectives_before(self, epoch: int, collective_id: int) -> None:
         """Drop leftovers of collectives this rank has finished or abandoned
         (plain messages stay)."""
-        with self._cond:
+        with self._lock:
             for key in [k for k in self._queues
                         if k[1] == epoch and earlier_in_space(k[2], collective_id)]:
                 del self._queues[key]
@@ -201,5 +211,5 @@ class Mailbox:
 
     def pending(self) -> int:
         """How many messages wait unreceived (for tests and leak checks)."""
-        with self._cond:
+        with self._lock:
             return sum(len(q) for q in self._queues.values())
