@@ -16,7 +16,7 @@ import numpy as np
 from ..collectives import allreduce
 from ..model.costmodel import bus_factor, fit_alpha_beta, predict_on_links
 from ..runtime.engines import ENGINES, run_on_engine
-from .floor import pinned_floors, pipe_one_way_us, window_one_way
+from .floor import contract_us, pinned_floors, pipe_one_way_us, window_one_way
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -153,7 +153,7 @@ def run(cluster, algorithms, sizes, dtype="float32", iters=20, warmup=5) -> tupl
                "p50_us": float(np.percentile(one_way, 50)) * 1e6,
                "p99_us": float(np.percentile(one_way, 99)) * 1e6,
                "window_us": cluster.run(window_one_way)[0], "pipe_us": pipe_one_way_us(),
-               "pinned_us": pinned_floors()}
+               "pinned_us": pinned_floors(), "contract_us": contract_us()}
     return p2p, combine(cluster.run(measure, algorithms, sizes, dtype, iters, warmup))
 
 
@@ -208,6 +208,10 @@ def format_p2p(p2p: dict) -> str:
         if p2p.get("window_us") is not None:
             floor += (f"; a symmetric window's put + signal {p2p['window_us']:.1f} us = "
                       f"{p2p['window_us'] / p2p['pipe_us']:.1f}x it")
+        contract = p2p.get("contract_us")  # what every send/recv costs before any wire
+        if contract is not None:
+            floor += (f"; the contract alone (send + recv between two thread ranks, no wire) "
+                      f"{contract:.1f} us = {contract / p2p['pipe_us']:.1f}x it")
         if p2p.get("pinned_us"):  # which of the two the floor above was, by where they ran
             one, two = p2p["pinned_us"]["one core"], p2p["pinned_us"]["two cores"]
             floor += (f"\n# the same pipe pinned: {one:.1f} us on one core (a hand-over), "

@@ -5,6 +5,11 @@ Nothing of the package is on this path: no header, no mailbox, no thread; one `o
 `os.read` each way. Whatever a transport's 8-byte one-way time adds to this is its own per-message
 cost. Windows has no descriptors to pass to a child: there the two ends are a
 `multiprocessing` pipe (a named pipe), the nearest bare mechanism it has.
+
+Two more lines split that cost: a symmetric window's put + signal (the shared-memory mechanism,
+driven from Python: `window_one_way`) and the Communicator's contract alone (`contract_us`: send
+and recv between two thread ranks of one process, no wire and no wait). A transport's send/recv
+costs at least the contract, plus its own wire.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import time
 
 import numpy as np
 
+from ..comm.transports.local import LocalWorld
 from ..comm.window import TRANSPORTS as WINDOW_TRANSPORTS
 from ..comm.window import rendezvous
 
@@ -112,6 +118,23 @@ def _windows_one_way_us(rounds: int, warmup: int) -> float:  # pragma: no cover 
         here.close()
         child.join(10)
     return float(np.median(times)) / 2 * 1e6
+
+
+def contract_us(rounds: int = 2000, warmup: int = 200) -> float:
+    """What the Communicator's contract costs one 8-byte message, in µs (a median): `send` then
+    `recv` between two thread ranks of one process, on one thread, so nothing crosses a wire and
+    nothing waits. What is left is what every transport does for every message: the checks of the
+    arguments, the Message, matching its tag in the mailbox, and the trace's send and receive."""
+    world = LocalWorld(2)
+    a, b = world.comms
+    x, times = np.zeros(8, np.uint8), np.empty(rounds)
+    for i in range(warmup + rounds):
+        t = time.perf_counter()
+        a.send(1, x, "ping")
+        b.recv(0, "ping")
+        if i >= warmup:
+            times[i - warmup] = time.perf_counter() - t
+    return float(np.median(times)) * 1e6
 
 
 def window_one_way(comm, rounds: int = 500, warmup: int = 50) -> float | None:

@@ -84,6 +84,24 @@ def test_point_to_point_latency_is_reported_as_percentiles():
     assert 0 < p2p["p50_us"] <= p2p["p99_us"]
     line = bench.format_p2p(p2p)
     assert f"(p50 {p2p['p50_us']:.0f} us, p99 {p2p['p99_us']:.0f} us)" in line
+    assert p2p["contract_us"] > 0 and (f"the contract alone (send + recv between two thread ranks, no wire) "
+                                       f"{p2p['contract_us']:.1f} us") in line
+
+
+def test_the_contracts_cost_is_a_median_of_real_sends_and_recvs(monkeypatch):
+    from allreduce_edu.bench import floor
+    from allreduce_edu.comm.base import Communicator
+
+    calls = {"send": 0, "recv": 0}
+    for name in calls:
+        real = getattr(Communicator, name)
+
+        def counted(self, *args, _real=real, _name=name, **kwargs):
+            calls[_name] += 1
+            return _real(self, *args, **kwargs)
+        monkeypatch.setattr(Communicator, name, counted)
+    assert floor.contract_us(rounds=30, warmup=5) > 0
+    assert calls == {"send": 35, "recv": 35}
 
 
 def test_bench_refuses_windowed_algorithms_on_grpc_before_starting_ranks():
@@ -93,14 +111,15 @@ def test_bench_refuses_windowed_algorithms_on_grpc_before_starting_ranks():
 
 
 @pytest.mark.processes
-def test_bench_on_shm_prints_the_pipe_floor_and_a_window_beside_send_recv():
+def test_bench_on_shm_prints_the_pipe_floor_a_window_and_the_contract_beside_send_recv():
     result = cli("bench", "--transport", "shm", "-n", "2", "--algorithm", "one_shot,two_shot",
                  "-b", "8", "-e", "64", "--iters", "5", "--warmup", "1")
     assert result.returncode == 0, result.stderr
     floor = re.search(r"a bare os.pipe ping-pong between two processes ([\d.]+) us; send/recv p50 = "
-                      r"([\d.]+)x it; a symmetric window's put \+ signal ([\d.]+) us = ([\d.]+)x it",
-                      result.stdout)
-    assert floor and float(floor[1]) > 0, result.stdout
+                      r"([\d.]+)x it; a symmetric window's put \+ signal ([\d.]+) us = ([\d.]+)x it; "
+                      r"the contract alone \(send \+ recv between two thread ranks, no wire\) ([\d.]+) us = "
+                      r"([\d.]+)x it", result.stdout)
+    assert floor and float(floor[1]) > 0 and float(floor[5]) > 0, result.stdout
     if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) > 1:  # pinned as well
         pinned = re.search(r"the same pipe pinned: ([\d.]+) us on one core \(a hand-over\), ([\d.]+) us "
                            r"across two \(an idle core wakes up\); send/recv p50 = [\d.]+x and [\d.]+x them",
