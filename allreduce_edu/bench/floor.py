@@ -124,7 +124,8 @@ def contract_us(rounds: int = 2000, warmup: int = 200) -> float:
     """What the Communicator's contract costs one 8-byte message, in µs (a median): `send` then
     `recv` between two thread ranks of one process, on one thread, so nothing crosses a wire and
     nothing waits. What is left is what every transport does for every message: the checks of the
-    arguments, the Message, matching its tag in the mailbox, and the trace's send and receive."""
+    arguments, the Message and the Request, matching its tag in the mailbox, and the trace's send
+    and receive; and, standing in for the wire, one 8-byte copy."""
     world = LocalWorld(2)
     a, b = world.comms
     x, times = np.zeros(8, np.uint8), np.empty(rounds)

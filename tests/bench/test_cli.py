@@ -88,7 +88,7 @@ def test_point_to_point_latency_is_reported_as_percentiles():
                                        f"{p2p['contract_us']:.1f} us") in line
 
 
-def test_the_contracts_cost_is_a_median_of_real_sends_and_recvs(monkeypatch):
+def test_the_contracts_cost_times_real_sends_and_recvs(monkeypatch):
     from allreduce_edu.bench import floor
     from allreduce_edu.comm.base import Communicator
 

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from allreduce_edu.comm.errors import CollectiveTimeout, RankFailure
+from allreduce_edu.comm.errors import CollectiveAborted, CollectiveTimeout, RankFailure
 from allreduce_edu.comm.mailbox import Mailbox, Message
 
 
@@ -25,7 +25,9 @@ def _take_on_a_thread(mailbox: Mailbox, tag: str, seconds: float = 20.0) -> tupl
 
     thread = threading.Thread(target=take, daemon=True)
     thread.start()
+    limit = time.monotonic() + 10
     while not mailbox._sleeping:  # asleep on the condition before anything is delivered
+        assert thread.is_alive() and time.monotonic() < limit, f"take never slept: {got}"
         time.sleep(0.001)
     return thread, got
 
@@ -44,7 +46,8 @@ def test_a_delivery_for_another_tag_wakes_the_sleeper_who_sleeps_again_until_its
     thread, got = _take_on_a_thread(mailbox, "mine")
     mailbox.deliver(Message(0, "other", np.zeros(1)))
     time.sleep(0.05)
-    assert thread.is_alive() and mailbox._sleeping == 1 and not got
+    with mailbox._lock:  # the woken sleeper is back in its wait, or not yet awake: either counts
+        assert thread.is_alive() and mailbox._sleeping == 1 and not got
     mailbox.deliver(Message(0, "mine", np.ones(1)))
     thread.join(10)
     assert isinstance(got[0], Message) and got[0].tag == "mine"
@@ -66,6 +69,14 @@ def test_a_failed_peer_wakes_its_sleeper_with_rank_failure():
     mailbox.peer_failed(0, "its process exited")
     thread.join(10)
     assert isinstance(got[0], RankFailure) and "its process exited" in str(got[0])
+
+
+def test_an_abort_wakes_its_sleeper_with_the_abort():
+    mailbox = Mailbox(1, 2)
+    thread, got = _take_on_a_thread(mailbox, "x")
+    mailbox.abort(CollectiveAborted("rank 3 failed: stop", ranks=(3,)))
+    thread.join(10)
+    assert isinstance(got[0], CollectiveAborted) and "rank 3 failed" in str(got[0])
 
 
 def test_a_sleeper_with_nothing_coming_times_out_at_its_deadline():
