@@ -5,6 +5,8 @@ shared-memory transport and a learner-style function work as the hook's all-redu
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -43,7 +45,12 @@ def batch_loss(per_rank) -> np.ndarray:
 def test_hook_trains_like_gloo_and_like_one_process():
     cluster = cluster_for("grpc", 4)
     losses, params, acc = one_process(STEPS)
-    ours = cluster.run(train_ddp, rendezvous(), "ring", STEPS)
+    meet = rendezvous()
+    folder = Path(meet.removeprefix("file://")).parent
+    assert folder.is_dir() and folder.stat().st_mode & 0o077 == 0  # private until the ranks join
+    ours = cluster.run(train_ddp, meet, "ring", STEPS)
+    # rank 0 removed it once all had joined: a killed kernel (nbval stops one so) leaves nothing
+    assert not folder.exists()
     hook_trace = cluster.trace
     gloo = cluster.run(train_ddp, rendezvous(), None, STEPS)
     assert acc > 0.9 and losses[-1] < 0.5 * losses[0]  # it really learns

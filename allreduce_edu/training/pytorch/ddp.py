@@ -16,7 +16,6 @@ from __future__ import annotations
 import atexit
 import datetime
 import os
-import secrets
 import shutil
 import sys
 import tempfile
@@ -29,34 +28,37 @@ from ...collectives.nonblocking import progress_of
 from .hook import register
 from .models import flat_parameters, make_bars, make_cnn, train
 
-_FOLDER: list[str] = []  # this process's folder of rendezvous files, removed when it exits
-
 
 def rendezvous() -> str:
-    """Where one run's ranks meet for gloo: a file of this machine nobody else knows, in a
-    private folder that goes when this (the parent) process ends."""
-    if not _FOLDER:
-        _FOLDER.append(tempfile.mkdtemp(prefix="allreduce-edu-gloo-"))
-        atexit.register(shutil.rmtree, _FOLDER[0], ignore_errors=True)
-    return f"file://{os.path.join(_FOLDER[0], secrets.token_hex(8))}"
+    """Where one run's ranks meet for gloo: a file in a private folder of this machine that nobody
+    else knows. Rank 0 removes the folder once every rank has joined (gloo_group); this (the parent)
+    process removes what is left when it exits, after a run whose ranks never all joined."""
+    folder = tempfile.mkdtemp(prefix="allreduce-edu-gloo-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return f"file://{os.path.join(folder, 'store')}"
 
 
 def gloo_group(comm, meet: str, timeout: float = 60.0) -> None:
     """torch.distributed's default group of the same ranks as `comm`, joined through `meet` (a
-    `rendezvous()`), or the one this rank joined for an earlier run of the same world."""
+    `rendezvous()`), or the one this rank joined for an earlier run of the same world. Returns once
+    every rank has it; rank 0 then removes `meet`'s folder (a kernel that is killed, as nbval stops
+    one, runs no exit handler: the folder must not wait for one)."""
     if dist.is_initialized():
-        if (dist.get_rank(), dist.get_world_size()) == (comm.rank, comm.world_size):
-            return
-        raise RuntimeError(f"rank {comm.rank}: this process is already rank {dist.get_rank()} of "
-                           f"a gloo group of {dist.get_world_size()}")
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo" if sys.platform == "linux" else "lo0")
-    try:
-        dist.init_process_group("gloo", init_method=meet, rank=comm.rank,
-                                world_size=comm.world_size,
-                                timeout=datetime.timedelta(seconds=timeout))
-    except Exception as e:  # noqa: BLE001 - named, with the rank, on every rank that fails
-        raise RuntimeError(f"rank {comm.rank}: could not join the gloo group of "
-                           f"{comm.world_size} ranks at {meet}: {type(e).__name__}: {e}") from e
+        if (dist.get_rank(), dist.get_world_size()) != (comm.rank, comm.world_size):
+            raise RuntimeError(f"rank {comm.rank}: this process is already rank {dist.get_rank()} "
+                               f"of a gloo group of {dist.get_world_size()}")
+    else:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo" if sys.platform == "linux" else "lo0")
+        try:
+            dist.init_process_group("gloo", init_method=meet, rank=comm.rank,
+                                    world_size=comm.world_size,
+                                    timeout=datetime.timedelta(seconds=timeout))
+        except Exception as e:  # noqa: BLE001 - named, with the rank, on every rank that fails
+            raise RuntimeError(f"rank {comm.rank}: could not join the gloo group of "
+                               f"{comm.world_size} ranks at {meet}: {type(e).__name__}: {e}") from e
+    dist.barrier()  # every rank has joined: nobody reads the meeting file again
+    if comm.rank == 0:
+        shutil.rmtree(os.path.dirname(meet.removeprefix("file://")), ignore_errors=True)
 
 
 def train_ddp(comm, meet: str, algorithm="ring", steps: int = 20, batch: int = 64,
