@@ -5,8 +5,11 @@ The lessons whose notebook or cells declare torch or MPI (their metadata, allred
 extras) run under nbval in each combination this machine can make: an extra that is installed is
 hidden from every Python of the run (a sitecustomize on PYTHONPATH makes `import torch` fail, as
 where it was never installed); one that is not installed cannot be shown, and that combination
-skips saying so. Every other lesson reaches no extra, which the second test checks, so its single
-nbval run in the README's test command stands for every combination."""
+skips saying so. A lesson sees only the engines it declares (the last test checks that no cell
+reaches one it does not declare), so each lesson runs in the combinations made of its own engines
+alone: lesson 13, which declares torch, with none and with torch, not again with MPI beside them.
+Every other lesson reaches no extra, so its single nbval run in the README's test command stands
+for every combination; so does that run for "none" where neither extra is installed."""
 
 from __future__ import annotations
 
@@ -77,6 +80,10 @@ def test_the_engine_lessons_pass_nbval_with_every_combination_of_extras(combinat
     if absent:
         pytest.skip(f"{combination}: {', '.join(absent)} is not installed here, so it cannot be "
                     f"shown (.ci/run's third pass installs the extras)")
+    if not shown and not any(map(_installed, ENGINES)):
+        pytest.skip("none: neither extra is installed here, so the README's test command's own "
+                    "nbval run of lessons/ is this combination")
+    lessons = [p for p in _engine_lessons() if set(shown) <= _declared(json.loads(p.read_text()))]
     hidden = [EXTRAS[e][0] for e in ENGINES if e not in shown]
     env = dict(os.environ, ALLREDUCE_EDU_DATA_DIR=str(tmp_path / "data"), PYTHONPATH=os.pathsep.join(
         [str(_hiding(tmp_path / "hide", hidden)), *filter(None, [os.environ.get("PYTHONPATH")])]))
@@ -85,7 +92,7 @@ def test_the_engine_lessons_pass_nbval_with_every_combination_of_extras(combinat
                            env=env, capture_output=True, text=True, timeout=60)
     assert probe.stdout.strip() == repr([EXTRAS[e][0] for e in shown])
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE",
-                           *map(str, _engine_lessons())],
+                           *map(str, lessons)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=840)
     assert done.returncode == 0, f"with {combination}:\n{done.stdout[-6000:]}\n{done.stderr[-2000:]}"
 
@@ -101,3 +108,17 @@ def test_a_lesson_that_declares_no_engine_reaches_none(lesson):
     reaching = [i for i, c in enumerate(notebook["cells"])
                 if c["cell_type"] == "code" and IMPORTS.search("".join(c["source"]))]
     assert not reaching, f"{lesson.name}: cells {reaching} reach torch or MPI but declare no extra"
+
+
+USES = {"torch": re.compile(r"^\s*(import|from)\s+torch\b|\bTorchCommunicator\b|[\"']gloo[\"']", re.M),
+        "mpi": re.compile(r"^\s*(import|from)\s+mpi4py\b|\bMPICommunicator\b|[\"']mpi[\"']", re.M)}
+
+
+@pytest.mark.parametrize("lesson", _engine_lessons(), ids=lambda p: p.name[:2])
+def test_an_engine_lesson_reaches_only_the_engines_it_declares(lesson):
+    """What lets the matrix run lesson 13 (torch) without MPI's combinations."""
+    notebook = json.loads(lesson.read_text())
+    sources = ["".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code"]
+    reached = {engine for engine, use in USES.items() if any(map(use.search, sources))}
+    assert reached <= _declared(notebook), f"{lesson.name} reaches {reached - _declared(notebook)} " \
+                                           f"but declares only {_declared(notebook)}"
