@@ -44,7 +44,7 @@ def show_source(obj) -> Source:
 
 
 #: set (to anything) and a claim that does not hold raises instead of printing its ✗: how
-#: tests/system/test_busy_laptop.py requires every claim of every lesson to hold under nbval
+#: tests/system/test_busy_laptop.py requires every claim of every lesson's key to hold
 STRICT_CLAIMS = "ALLREDUCE_EDU_STRICT_CLAIMS"
 
 
