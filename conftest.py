@@ -11,8 +11,8 @@ import os
 
 import pytest
 
-#: the seconds one lesson may take under nbval, kernel start included (unset or 0: no limit; the
-#: busy-laptop test sets 0: a second CPU-bound process beside the lesson slows every cell)
+#: the seconds one lesson may take under nbval, kernel start included (unset or 0: no limit; only
+#: nbval's runs read it: the busy-laptop test runs the keys through nbclient, with no limit)
 LIMIT_VARIABLE = "ALLREDUCE_EDU_LESSON_LIMIT_S"
 
 _spent: dict[str, float] = {}  # notebook -> seconds its cells have taken so far

@@ -33,11 +33,11 @@ LIMIT_S = 600  # one lesson's key beside the CPU-bound process (lesson 12's, the
 pytestmark = [pytest.mark.slow, pytest.mark.processes, pytest.mark.timeout(LIMIT_S * RUNS + 60)]
 
 # in the cut's Python: the key of one lesson, executed and checked (allreduce_edu.course.key)
-KEY = """import json, sys, time
+KEY = """import json, pathlib, sys, time
 from allreduce_edu import course
 start = time.monotonic()
 [(name, problems, skipped)] = course.write_solved(sys.argv[1], lessons=[sys.argv[2]])
-print(json.dumps([problems, skipped, time.monotonic() - start]))"""
+pathlib.Path(sys.argv[3]).write_text(json.dumps([problems, skipped, time.monotonic() - start]))"""
 
 
 @pytest.fixture(scope="module")
@@ -61,11 +61,13 @@ def test_the_key_runs_green_and_every_claim_holds_beside_a_cpu_bound_process(
     try:
         for run in range(1, RUNS + 1):
             env = dict(macos, **{STRICT_CLAIMS: "1", "ALLREDUCE_EDU_DATA_DIR": str(tmp_path / f"data{run}")})
-            done = subprocess.run([sys.executable, "-c", KEY, str(tmp_path / f"key{run}"), lesson],
+            result = tmp_path / f"result{run}.json"
+            done = subprocess.run([sys.executable, "-c", KEY, str(tmp_path / f"key{run}"), lesson,
+                                   str(result)],
                                   cwd=ROOT, env=env, capture_output=True, text=True, timeout=LIMIT_S)
             assert burner.poll() is None, "the CPU-bound process stopped: the lesson ran quiet"
-            assert done.returncode == 0, done.stderr[-3000:]
-            problems, skipped, seconds = json.loads(done.stdout.splitlines()[-1])
+            assert done.returncode == 0 and result.exists(), f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+            problems, skipped, seconds = json.loads(result.read_text())
             if skipped:  # the lesson needs an extra this machine lacks: a skip with the reason
                 pytest.skip(f"lesson {lesson} {skipped}")
             print(f"lesson {lesson}, run {run} of {RUNS}: {seconds:.0f} s beside a CPU-bound process")

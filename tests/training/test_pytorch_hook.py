@@ -5,6 +5,7 @@ shared-memory transport and a learner-style function work as the hook's all-redu
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +48,7 @@ def test_hook_trains_like_gloo_and_like_one_process():
     losses, params, acc = one_process(STEPS)
     meet = rendezvous()
     folder = Path(meet.removeprefix("file://")).parent
-    assert folder.is_dir() and folder.stat().st_mode & 0o077 == 0  # private until the ranks join
+    assert folder.is_dir() and (os.name == "nt" or folder.stat().st_mode & 0o077 == 0)  # private
     ours = cluster.run(train_ddp, meet, "ring", STEPS)
     # rank 0 removed it once all had joined: a killed kernel (nbval stops one so) leaves nothing
     assert not folder.exists()
