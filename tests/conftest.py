@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import multiprocessing
 import os
+import shutil
 import signal
 import tempfile
 
@@ -16,7 +18,9 @@ import pytest
 _outer = os.environ.get("ALLREDUCE_EDU_DATA_DIR")
 if _outer:
     os.makedirs(_outer, exist_ok=True)
-os.environ["ALLREDUCE_EDU_DATA_DIR"] = tempfile.mkdtemp(prefix="allreduce-edu-test-data-", dir=_outer or None)
+_data = tempfile.mkdtemp(prefix="allreduce-edu-test-data-", dir=_outer or None)
+os.environ["ALLREDUCE_EDU_DATA_DIR"] = _data
+atexit.register(shutil.rmtree, _data, ignore_errors=True)  # and a run leaves no folder behind
 
 import allreduce_edu as ae  # noqa: E402 - after the data folder is set
 from allreduce_edu.comm.transports.shm import backend as shm_backends  # noqa: E402
