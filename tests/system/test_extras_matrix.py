@@ -99,28 +99,28 @@ def test_the_engine_lessons_pass_nbval_with_every_combination_of_extras(combinat
     assert done.returncode == 0, f"with {combination}:\n{done.stdout[-6000:]}\n{done.stderr[-2000:]}"
 
 
-IMPORTS = re.compile(r"^\s*(import|from)\s+(torch|mpi4py)\b|\b(TorchCommunicator|MPICommunicator|"
-                     r"run_on_engine|engine=)", re.M)
+#: what reaches each engine in a cell's source; ENGINE_CALLS reaches one named by a variable
+USES = {"torch": re.compile(r"^\s*(import|from)\s+torch\b|\bTorchCommunicator\b|[\"']gloo[\"']", re.M),
+        "mpi": re.compile(r"^\s*(import|from)\s+mpi4py\b|\bMPICommunicator\b|[\"']mpi[\"']", re.M)}
+ENGINE_CALLS = re.compile(r"\b(run_on_engine|engine=)")
+
+
+def _code(notebook: dict) -> list[str]:
+    return ["".join(c["source"]) if c["cell_type"] == "code" else "" for c in notebook["cells"]]
 
 
 @pytest.mark.parametrize("lesson", [p for p in LESSONS if p not in _engine_lessons()],
                          ids=lambda p: p.name[:2])
 def test_a_lesson_that_declares_no_engine_reaches_none(lesson):
-    notebook = json.loads(lesson.read_text())
-    reaching = [i for i, c in enumerate(notebook["cells"])
-                if c["cell_type"] == "code" and IMPORTS.search("".join(c["source"]))]
+    reaching = [i for i, source in enumerate(_code(json.loads(lesson.read_text())))
+                if ENGINE_CALLS.search(source) or any(use.search(source) for use in USES.values())]
     assert not reaching, f"{lesson.name}: cells {reaching} reach torch or MPI but declare no extra"
-
-
-USES = {"torch": re.compile(r"^\s*(import|from)\s+torch\b|\bTorchCommunicator\b|[\"']gloo[\"']", re.M),
-        "mpi": re.compile(r"^\s*(import|from)\s+mpi4py\b|\bMPICommunicator\b|[\"']mpi[\"']", re.M)}
 
 
 @pytest.mark.parametrize("lesson", _engine_lessons(), ids=lambda p: p.name[:2])
 def test_an_engine_lesson_reaches_only_the_engines_it_declares(lesson):
     """What lets the matrix run lesson 13 (torch) without MPI's combinations."""
     notebook = json.loads(lesson.read_text())
-    sources = ["".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code"]
-    reached = {engine for engine, use in USES.items() if any(map(use.search, sources))}
+    reached = {engine for engine, use in USES.items() if any(map(use.search, _code(notebook)))}
     assert reached <= _declared(notebook), f"{lesson.name} reaches {reached - _declared(notebook)} " \
                                            f"but declares only {_declared(notebook)}"
