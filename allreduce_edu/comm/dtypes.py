@@ -35,4 +35,6 @@ def check_array(array, what: str = "array") -> np.ndarray:
     if wire_name(array.dtype) is None:
         raise TypeError(f"{what} has dtype {array.dtype}, which cannot travel between ranks; "
                         f"use one of {', '.join(sorted(WIRE_DTYPES))}")
+    if not array.dtype.isnative:  # the wire names a dtype, not its byte order: travel native
+        return array.astype(array.dtype.newbyteorder("="), order="C")
     return array if array.flags.c_contiguous else np.array(array, order="C")  # keeps 0-d arrays 0-d
