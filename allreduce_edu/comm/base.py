@@ -17,7 +17,7 @@ from .dtypes import WIRE_DTYPES, as_shape, check_array  # noqa: F401 - where cal
 from .errors import CollectiveError, CollectiveTimeout
 from .mailbox import ACKNOWLEDGED, SYNCHRONOUS, Mailbox, Message, signature
 from .progress import Progress
-from .request import Request
+from .request import Request, check_timeout
 
 
 class InFlight(Request):
@@ -150,6 +150,8 @@ class Communicator(Comm):
         self.check_peer(src, "src")
         if SYNCHRONOUS in tag or ACKNOWLEDGED in tag:
             raise ValueError(f"rank {self.rank}: tag {tag!r} holds a reserved marker")
+        if timeout is not None:
+            check_timeout(self.rank, timeout)
         t_start = time.perf_counter()
         call = self._calls.current()
         deadline = time.monotonic() + (timeout if timeout is not None

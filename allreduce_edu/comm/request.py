@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 import time
 
 from ..trace import Event
+
+
+def check_timeout(rank: int, timeout) -> None:
+    """ValueError unless `timeout` is None or finite seconds ≥ 0 (`inf` overflows a wait)."""
+    if timeout is not None and not (isinstance(timeout, numbers.Real)
+                                    and 0 <= timeout < math.inf):
+        raise ValueError(f"rank {rank}: timeout={timeout!r} is not a number of seconds "
+                         f"(finite, 0 or more; None for the communicator's own)")
 
 
 class Request:
@@ -30,6 +40,8 @@ class Request:
     def wait(self, timeout: float | None = None) -> None:
         if self._done:
             return
+        if timeout is not None:
+            check_timeout(self.comm.rank, timeout)
         deadline = time.monotonic() + (self.comm.timeout if timeout is None else timeout)
         self._wait(deadline)
         if self.synchronous is not None:  # and until the receiver has taken it

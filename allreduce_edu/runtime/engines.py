@@ -26,6 +26,7 @@ import numpy as np
 from .failures import print_outputs, root_cause
 from .limits import check_world_size
 from .osfacts import new_group, stop_group
+from .rules import seconds
 from .shipping import ship
 from .worker import GRACE
 
@@ -57,10 +58,12 @@ def run_on_engine(fn, engine: str = "mpi", world_size: int = 3, *args, timeout: 
     the results by rank, or the failing rank's error."""
     # past `timeout` seconds every process is killed;
     # `comm_timeout` bounds each wait for a peer (≤ 30 s by default)
+    timeout = seconds("timeout", timeout)  # inf overflows a wait; a negative one kills at once
+    comm_timeout = (min(30.0, timeout / 3) if comm_timeout is None
+                    else seconds("comm_timeout", comm_timeout))
     if missing(engine):
         raise RuntimeError(f"cannot run on {engine}: {missing(engine)}")
     check_world_size(world_size)  # mpirun --oversubscribe would start any number
-    comm_timeout = comm_timeout or min(30.0, timeout / 3)
     with tempfile.TemporaryDirectory(prefix="allreduce-edu-engine-") as folder:
         Path(folder, "call.pkl").write_bytes(ship(fn, args, {}))
         Path(folder, "spec.json").write_text(json.dumps({"engine": engine,

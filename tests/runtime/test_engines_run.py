@@ -135,3 +135,10 @@ def test_mpirun_missing_is_named(monkeypatch):
 def test_an_unknown_engine_is_refused():
     with pytest.raises(ValueError, match="valid: mpi, gloo"):
         engine_available("nccl")
+
+
+@pytest.mark.parametrize("kwargs, name", [({"timeout": float("inf")}, "timeout"), ({"timeout": -1}, "timeout"),
+                                          ({"comm_timeout": float("nan")}, "comm_timeout")])
+def test_a_timeout_that_is_no_number_of_seconds_is_refused_before_anything_starts(kwargs, name):
+    with pytest.raises(ValueError, match=name):  # before the engine is even looked for
+        run_on_engine(ring_and_builtin, "mpi", 2, 8, **kwargs)

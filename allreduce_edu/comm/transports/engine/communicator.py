@@ -19,6 +19,7 @@ from ....trace import Receive
 from ...base import WIRE_DTYPES, Communicator, Request
 from ...errors import CollectiveMismatch, CollectiveTimeout
 from ...mailbox import Message
+from ...request import check_timeout
 
 MAX_DIMS = 32
 # crc32(tag), collective id, crc32(signature), step, dtype, ndim, nbytes, shape...
@@ -99,6 +100,8 @@ class EngineCommunicator(Communicator):
         if src == self.rank:
             return super().recv(src, tag, timeout)
         self.check_peer(src, "src")
+        if timeout is not None:
+            check_timeout(self.rank, timeout)
         t_start = time.perf_counter()
         call = self.current_call()
         deadline = time.monotonic() + (timeout if timeout is not None
