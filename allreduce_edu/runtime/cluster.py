@@ -118,15 +118,15 @@ class Cluster:
                               f"call cluster.restart() for a full world of {self.world_size}",
                               ranks=tuple(sorted(self._dead)))
         self._run_id += 1
-        try:
-            self._world.submit(self._run_id, fn, args, kwargs)
-        except RankFailure as e:
-            self._dead.update(e.ranks)
-            raise
         reports: dict[int, Report] = {}
         self._returned_first: list[int] = []  # ranks that returned before the first failure
         interrupted = None
         try:
+            try:  # interrupted half-way, some ranks run it: they are stopped as in any run
+                self._world.submit(self._run_id, fn, args, kwargs)
+            except RankFailure as e:
+                self._dead.update(e.ranks)
+                raise
             self._collect(reports)
         except KeyboardInterrupt:
             if self.closed:  # interrupted while the ranks were replaced: restart() said so

@@ -67,17 +67,20 @@ class ProcessRanks:
         self.conns, self.procs = [], []
         # names of the ranks' shared memory, if it has names: swept at close, whatever ranks did
         self.scratch = transport.scratch() if transport.scratch else None
-        for rank in range(world_size):
-            parent_end, child_end = ctx.Pipe()
-            proc = ctx.Process(target=main, name=f"allreduce-edu-rank-{rank}", daemon=True,
-                               args=(ClusterStart(rank, world_size, token, host, timeout,
-                                                  child_end, tls, links, transport,
-                                                  self.scratch),))
-            started(proc)
-            child_end.close()
-            self.conns.append(parent_end)
-            self.procs.append(proc)
-        try:
+        try:  # from the first spawn: ranks started before a Ctrl-C or an error are stopped too
+            for rank in range(world_size):
+                parent_end, child_end = ctx.Pipe()
+                self.conns.append(parent_end)
+                try:
+                    proc = ctx.Process(target=main, name=f"allreduce-edu-rank-{rank}",
+                                       daemon=True,
+                                       args=(ClusterStart(rank, world_size, token, host, timeout,
+                                                          child_end, tls, links, transport,
+                                                          self.scratch),))
+                    started(proc)
+                finally:
+                    child_end.close()
+                self.procs.append(proc)
             self.addresses = self._gather("ready", max(60.0, timeout))
             for conn in self.conns:
                 conn.send(("peers", self.addresses))

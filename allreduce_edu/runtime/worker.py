@@ -213,13 +213,18 @@ class ClusterStart:
         self._lock = threading.Lock()  # made here: a lock cannot travel to the new process
         become_rank(self.rank, self.world_size, os.getppid(), "cluster")
         # the transport's row (runtime/transports.py) says how a rank builds its communicator
-        comm = self.transport.communicator(self.rank, self.world_size, token=self.token,
-                                           host=self.host, timeout=self.timeout, tls=self.tls,
-                                           scratch=self.scratch)
+        try:
+            comm = self.transport.communicator(self.rank, self.world_size, token=self.token,
+                                               host=self.host, timeout=self.timeout,
+                                               tls=self.tls, scratch=self.scratch)
+        except Exception as e:  # noqa: BLE001 - the caller's cell shows it, not this stderr
+            self.send(("failed", f"{type(e).__name__}: {e}"))
+            return None
         comm.use_links(self.links)
         self.send(("ready", comm.address))
-        try:
-            kind, addresses = self.conn.recv()
+        try:  # the Cluster waits as long for every rank's "ready", then gives up
+            kind, addresses = (self.conn.recv() if self.conn.poll(max(60.0, self.timeout) + 10)
+                               else ("close", None))
         except (EOFError, OSError):  # the Cluster is gone
             kind = "close"
         if kind != "peers":  # the Cluster gave up starting (Ctrl-C, a rank that failed): stop
@@ -227,8 +232,10 @@ class ClusterStart:
             return None
         try:
             comm.connect(addresses)
-        except CollectiveError as e:
-            self.send(("failed", str(e)))
+        except Exception as e:  # noqa: BLE001 - a CollectiveError, or what else stopped it
+            self.send(("failed", str(e) if isinstance(e, CollectiveError)
+                       else f"{type(e).__name__}: {e}"))
+            comm.close(drain=0.0)
             return None
         self.send(("connected", None))
         return comm

@@ -156,6 +156,48 @@ def test_close_ends_every_process_and_is_idempotent(no_leftover_processes):
         cluster.run(_whoami, "hello?")
 
 
+@pytest.mark.processes
+def test_a_rank_that_cannot_start_says_why(no_leftover_processes):
+    """An address this machine does not have (TEST-NET-1): no rank's gRPC server can bind, and the
+    caller reads which rank failed and why, not only an exit code."""
+    with pytest.raises(ae.RankFailure, match=r"rank \d failed to start: RuntimeError: .*bind"):
+        ae.Cluster(2, host="192.0.2.1")
+
+
+@pytest.mark.processes
+def test_ranks_started_before_an_interrupted_spawn_are_stopped(monkeypatch, no_leftover_processes):
+    from allreduce_edu.runtime import processes
+    real, spawned = processes.started, []
+
+    def started(proc):  # Ctrl-C while the second of three ranks starts
+        spawned.append(proc)
+        if len(spawned) == 2:
+            raise KeyboardInterrupt
+        real(proc)
+
+    monkeypatch.setattr(processes, "started", started)
+    with pytest.raises(KeyboardInterrupt, match="every one was stopped"):
+        ae.Cluster(3)
+    assert not spawned[0].is_alive() and spawned[0].exitcode is not None
+
+
+@pytest.mark.processes
+def test_an_interrupt_while_the_call_is_handed_out_stops_the_ranks_that_got_it(monkeypatch):
+    from allreduce_edu.runtime.shipping import ship
+    with ae.Cluster(2, timeout=30) as cluster:
+        world = cluster._world
+
+        def half_then_ctrl_c(run_id, fn, args, kwargs):  # rank 0 has the call, rank 1 not yet
+            world.conns[0].send(("run", (run_id, run_id, ship(fn, args, kwargs))))
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(world, "submit", half_then_ctrl_c)
+        with pytest.raises(KeyboardInterrupt, match="replaced"):  # rank 0 waits on rank 1's part
+            cluster.run(lambda comm: ae.allreduce(comm, np.ones(2)))
+        monkeypatch.undo()
+        assert [r.tolist() for r in cluster.run(lambda comm: ae.allreduce(comm, np.ones(2)))] == [[2.0, 2.0]] * 2
+
+
 @pytest.mark.parametrize("kwargs, words", [({"world_size": 0}, "world_size"), ({"world_size": 2.5}, "world_size"),
                                            ({"transport": "carrier-pigeon"}, "grpc, shm, local"),
                                            ({"timeout": 0}, "timeout")])
@@ -249,6 +291,18 @@ def test_a_bad_tag_or_step_is_refused_before_sending_and_the_link_survives(trans
     with pytest.raises(error, match="rank 0"):
         cluster.run(_bad_tag, tag, step)
     assert [r[0] for r in cluster.run(_whoami, "link still fine")] == [0, 1]
+
+
+def _wait_for(comm, timeout):
+    if comm.rank == 0:
+        comm.recv(1, "never", timeout=timeout)
+
+
+@pytest.mark.parametrize("timeout", [float("inf"), float("nan"), -1.0, "5"])
+def test_a_timeout_that_is_no_number_of_seconds_is_refused_naming_the_rank(transport, timeout):
+    cluster = cluster_for(transport, 2)
+    with pytest.raises(ValueError, match=r"rank 0: timeout=.* is not a number of seconds"):
+        cluster.run(_wait_for, timeout)  # inf overflowed the wait; -1 timed out at once, unexplained
 
 
 def _threads_send_at_once(comm, threads, count):
