@@ -69,7 +69,7 @@ def test_checker_answers_not_attempted_for_the_scaffold(exercise):
 @pytest.mark.parametrize("exercise", sorted(EXERCISES))
 def test_hints_come_in_steps_then_point_at_the_solution(exercise, capsys):
     ex = EXERCISES[exercise]
-    assert len(ex.hints) >= (2 if ex.kind == "code" else 1)
+    assert len(ex.hints) >= 3, f"{exercise} has {len(ex.hints)} hints: they climb in three rungs or more"
     registry._hints_given.pop(exercise, None)
     for _ in range(len(ex.hints) + 1):
         hint(exercise)
@@ -81,6 +81,22 @@ def test_hints_come_in_steps_then_point_at_the_solution(exercise, capsys):
     assert flat.endswith(f'solution("{exercise}") shows an answer.')
     solution(exercise)
     assert capsys.readouterr().out.strip().startswith(ex.solution.strip()[:40])
+
+
+@pytest.mark.parametrize("exercise", sorted(EXERCISES))
+def test_no_hint_repeats_the_solution(exercise):
+    """Hints stop at the key idea (LESSONS.md): none holds a line of solution() verbatim — a line of
+    its code, a line of its prose — nor, for a choice, the right option's text."""
+    ex = EXERCISES[exercise]
+    if ex.kind == "code":
+        lines = [" ".join(line.split()) for line in key_lines(ex.solution)]
+    else:
+        lines = [" ".join(line.split()) for line in ex.solution.splitlines() if len(line.strip()) >= 20]
+    if ex.kind == "choice":
+        lines.append(" ".join(ex.spec.options[ex.spec.right].split()))
+    hints = [" ".join(text.split()) for text in ex.hints]
+    leaked = [(k + 1, line) for k, text in enumerate(hints) for line in lines if line in text]
+    assert not leaked, f"hints of {exercise} repeat its solution: {leaked}"
 
 
 @pytest.mark.parametrize("exercise", sorted(e for e, x in EXERCISES.items() if x.kind == "code"))
