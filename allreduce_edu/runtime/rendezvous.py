@@ -24,7 +24,7 @@ from .._proto import rank_pb2 as pb
 from .._proto import rank_pb2_grpc
 from ..comm.auth import TLS, channel
 from ..comm.errors import CollectiveError, RankFailure
-from ..comm.transports.grpc.communicator import GrpcCommunicator
+from ..comm.transports.grpc.communicator import GrpcCommunicator, target
 from .transports import transport as transport_row
 from .worker import become_rank
 
@@ -67,7 +67,8 @@ def init(timeout: float | None = None) -> GrpcCommunicator:
         comm = row.communicator(rank, world_size, token=token, host=host,
                                 port=port if rank == 0 else 0, timeout=timeout, tls=_tls_from_env())
     except (OSError, RuntimeError) as e:
-        raise RankFailure(f"rank {rank} cannot listen on {host}:{port if rank == 0 else 0} ({e}); "
+        raise RankFailure(f"rank {rank} cannot listen on {target(host, port if rank == 0 else 0)} "
+                          f"({e}); "
                           f"is the port taken? choose another --rendezvous port",
                           ranks=(rank,)) from None
     # the hierarchical all-reduce's nodes
@@ -82,13 +83,13 @@ def init(timeout: float | None = None) -> GrpcCommunicator:
     # rendezvous: rank 0 collects every rank's address, every other rank asks it for the table
     if world_size > 1:
         if rank == 0:
-            comm.rendezvous = Rendezvous(world_size, f"{master}:{port}", rendezvous_timeout,
+            comm.rendezvous = Rendezvous(world_size, target(master, port), rendezvous_timeout,
                                          deadline)
             comm.rendezvous.arrive(0, world_size, comm.address)
             # on failure, let waiting Joins hear why first
             addresses = comm.rendezvous.table(linger=2.0)
         else:
-            addresses = join(comm, f"{master}:{port}", deadline)
+            addresses = join(comm, target(master, port), deadline)
         comm.connect(addresses, timeout=max(deadline - time.monotonic(), 5.0))
     return comm
 
@@ -220,6 +221,7 @@ def _tls_from_env() -> TLS | None:
 
 def local_address(towards: str) -> str:
     """The address of this machine that packets to `towards` leave from (no packet is sent)."""
+    towards = towards.strip("[]")
     if towards in ("127.0.0.1", "localhost", "::1"):
         return "127.0.0.1"
     family, _, _, _, target = socket.getaddrinfo(towards, 9, type=socket.SOCK_DGRAM)[0]

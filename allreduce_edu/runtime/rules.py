@@ -48,8 +48,8 @@ def port(name: str, value) -> int:
 
 
 def host(name: str, value) -> str:
-    """An address to listen on or dial: an IPv4/IPv6 address or a host name (returned as given:
-    an IPv6 address keeps its brackets, which gRPC's HOST:PORT needs)."""
+    """An address to listen on or dial: an IPv4/IPv6 address or a host name, returned as given
+    (an IPv6 address with or without brackets: grpc.communicator.target adds them to HOST:PORT)."""
     text = str(value).strip().strip("[]") if isinstance(value, str) else ""
     looks_numeric = bool(re.fullmatch(r"[\d.]+", text)) or ":" in text
     try:

@@ -164,6 +164,25 @@ def test_a_rank_that_cannot_start_says_why(no_leftover_processes):
         ae.Cluster(2, host="192.0.2.1")
 
 
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.processes
+@pytest.mark.skipif(not _has_ipv6_loopback(), reason="this machine has no IPv6 loopback (::1)")
+def test_an_ipv6_host_works_with_or_without_its_brackets():
+    for host in ("::1", "[::1]"):  # gRPC's HOST:PORT needs the brackets: the package adds them
+        with ae.Cluster(2, host=host) as cluster:
+            got = cluster.run(lambda comm: (comm.address.startswith("[::1]:"),
+                                            ae.allreduce(comm, np.ones(2)).tolist()))
+            assert got == [(True, [2.0, 2.0])] * 2
+
+
 @pytest.mark.processes
 def test_ranks_started_before_an_interrupted_spawn_are_stopped(monkeypatch, no_leftover_processes):
     from allreduce_edu.runtime import processes

@@ -46,6 +46,25 @@ def test_launch_runs_the_demo_on_four_ranks():
 
 
 @pytest.mark.processes
+def test_launch_with_an_ipv6_rendezvous(tmp_path):
+    import socket
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+            port = s.getsockname()[1]
+    except OSError:
+        pytest.skip("this machine has no IPv6 loopback (::1)")
+    body = """
+        import numpy as np, allreduce_edu as ae
+        comm = ae.init()
+        print("sum", ae.allreduce(comm, np.ones(2)).tolist())
+    """
+    result = launch("-n", 2, "--rendezvous", f"[::1]:{port}", script(tmp_path, body))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("sum [2.0, 2.0]") == 2
+
+
+@pytest.mark.processes
 def test_launch_over_shared_memory_reaches_every_local_peer_through_it(tmp_path):
     body = """
         import numpy as np, allreduce_edu as ae

@@ -34,6 +34,12 @@ log = logging.getLogger("allreduce_edu")
 SERVER_OPTIONS = [("grpc.so_reuseport", 0)]  # one port, one rank
 
 
+def target(host: str, port: int) -> str:
+    """HOST:PORT as gRPC dials and binds it: an IPv6 address in brackets ("[::1]:29500")."""
+    bare = host.strip("[]")
+    return f"[{bare}]:{port}" if ":" in bare else f"{bare}:{port}"
+
+
 def host_identity() -> str:
     """Which machine this is, as shared memory sees it. On Linux the boot id and the network
     namespace (ranks in two namespaces reach neither each other's abstract Unix sockets nor each
@@ -95,14 +101,14 @@ class GrpcCommunicator(Communicator):
             "Join": grpc.unary_unary_rpc_method_handler(
                 self._serve_join, pb.JoinRequest.FromString, pb.JoinReply.SerializeToString),
         })])
-        bound = (self._server.add_secure_port(f"{host}:{port}", tls.server_credentials()) if tls
-                 else self._server.add_insecure_port(f"{host}:{port}"))
+        bound = (self._server.add_secure_port(target(host, port), tls.server_credentials()) if tls
+                 else self._server.add_insecure_port(target(host, port)))
         if not bound:
-            raise OSError(f"rank {rank} could not bind {host}:{port}")
+            raise OSError(f"rank {rank} could not bind {target(host, port)}")
         # links to peers on this machine: made before serving, so Ping can name its socket
         self.nearby = None if nearby is None else nearby(self)
         self._server.start()
-        self.address = f"{host}:{bound}"
+        self.address = target(host, bound)
 
     @property
     def shm_socket(self) -> str:
