@@ -79,6 +79,11 @@ def launch(argv: list[str], nproc: int, nnodes: int = 1, node_rank: int = 0,
                                         ENV + "TRANSPORT": transport,
                                         ENV + "LAUNCHER_PID": str(os.getpid())})
     env.pop(ENV + "TOKEN_FILE", None)
+    row = TRANSPORTS.get(transport)
+    # the names of this node's shared memory, if it has names: swept below, whatever ranks did
+    scratch = row.scratch() if row is not None and row.scratch else None
+    if scratch is not None:
+        env[ENV + "SHM_PREFIX"] = scratch.prefix
     procs, pumps, lock = {}, [], threading.Lock()
     try:
         for local in range(nproc):  # start every local rank, its output prefixed with its rank
@@ -97,6 +102,8 @@ def launch(argv: list[str], nproc: int, nnodes: int = 1, node_rank: int = 0,
         _stop(procs)
         for pump in pumps:
             pump.join(GRACE)
+        if scratch is not None:
+            scratch.sweep()
 
 
 def _watch(procs: dict[int, subprocess.Popen]) -> int:

@@ -25,6 +25,7 @@ from .._proto import rank_pb2_grpc
 from ..comm.auth import TLS, channel
 from ..comm.errors import CollectiveError, RankFailure
 from ..comm.transports.grpc.communicator import GrpcCommunicator, target
+from ..comm.transports.shm.portable import Scratch
 from .transports import transport as transport_row
 from .worker import become_rank
 
@@ -65,7 +66,8 @@ def init(timeout: float | None = None) -> GrpcCommunicator:
         raise ValueError(f"{ENV}TRANSPORT: {e}") from None
     try:
         comm = row.communicator(rank, world_size, token=token, host=host,
-                                port=port if rank == 0 else 0, timeout=timeout, tls=_tls_from_env())
+                                port=port if rank == 0 else 0, timeout=timeout, tls=_tls_from_env(),
+                                scratch=_scratch_from_env(env))
     except (OSError, RuntimeError) as e:
         raise RankFailure(f"rank {rank} cannot listen on {target(host, port if rank == 0 else 0)} "
                           f"({e}); "
@@ -217,6 +219,13 @@ def _tls_from_env() -> TLS | None:
                 pem[key] = f.read()
     return TLS(pem["cert"], pem["key"], pem.get("ca"),
                mutual=os.environ.get(ENV + "TLS_MUTUAL") == "1")
+
+
+def _scratch_from_env(env) -> Scratch | None:
+    """The launcher's names for this node's shared memory (it sweeps them when the ranks end);
+    None: the rank makes its own (run alone, or by another launcher)."""
+    prefix = env.get(ENV + "SHM_PREFIX")
+    return Scratch(prefix) if prefix else None
 
 
 def local_address(towards: str) -> str:

@@ -65,6 +65,31 @@ def test_launch_with_an_ipv6_rendezvous(tmp_path):
 
 
 @pytest.mark.processes
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="SIGKILLs a rank: POSIX only")
+def test_a_rank_killed_while_it_holds_named_shared_memory_leaves_none_behind(tmp_path):
+    """On the portable backend a segment is a named file until its receiver maps it; rank 0 makes
+    one to fill (send_buffer), then is SIGKILLed before it sends: nobody else knows the name. The
+    launcher, like a Cluster, sweeps the names it gave its ranks."""
+    from allreduce_edu.comm.transports.shm.portable import PREFIX, scratch_base
+    body = """
+        import os, signal, numpy as np, allreduce_edu as ae
+        comm = ae.init()
+        comm.barrier()
+        if comm.rank == 0:
+            buffer = comm.send_buffer(1, (1 << 20,), np.float32)  # 4 MiB: a segment of its own
+            print("holding", type(buffer).__name__, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        comm.recv(0, "never sent")
+    """
+    before = set(Path(scratch_base()).glob(PREFIX + "*"))
+    result = launch("-n", 2, "--transport", "shm", "--timeout", 20, script(tmp_path, body),
+                    env={"ALLREDUCE_EDU_SHM_BACKEND": "portable"})
+    assert result.returncode != 0 and "[rank 0] holding" in result.stdout, result.stderr
+    assert "rank 0 was killed by SIGKILL" in result.stderr
+    assert set(Path(scratch_base()).glob(PREFIX + "*")) - before == set()
+
+
+@pytest.mark.processes
 def test_launch_over_shared_memory_reaches_every_local_peer_through_it(tmp_path):
     body = """
         import numpy as np, allreduce_edu as ae

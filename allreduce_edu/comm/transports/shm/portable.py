@@ -46,10 +46,13 @@ def scratch_base() -> str:
 
 
 class Scratch:
-    """The names one cluster's segments start with; `sweep()` removes any still there."""
+    """The names one cluster's segments start with; `sweep()` removes any still there. A
+    launcher hands its `prefix` to the ranks it starts (`Scratch(prefix)` there), and sweeps."""
 
-    def __init__(self):
-        self.prefix = f"{PREFIX}{secrets.token_hex(4)}-"
+    def __init__(self, prefix: str | None = None):
+        if prefix is not None and not re.fullmatch(rf"{PREFIX}[0-9a-f]{{8}}-", prefix):
+            raise ValueError(f"{prefix!r} is not a scratch prefix ({PREFIX}, 8 hex digits, -)")
+        self.prefix = prefix or f"{PREFIX}{secrets.token_hex(4)}-"
 
     def sweep(self) -> None:
         """Remove what is still named with the prefix: regular files of this user only."""
