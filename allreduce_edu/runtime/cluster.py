@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import threading
 import time
+import warnings
 import weakref
 
 from ..comm.errors import CollectiveAborted, CollectiveError, CollectiveTimeout, RankFailure
@@ -13,7 +14,7 @@ from ..trace import Trace
 from .failures import abort_error, print_outputs, root_cause
 from .limits import check_world_size
 from .processes import GUARD_HINT
-from .rules import check
+from .rules import check, in_the_clear
 from .transports import TRANSPORTS
 from .transports import transport as transport_row
 from .worker import GRACE, Report
@@ -45,6 +46,8 @@ class Cluster:
         # every value checked before a rank starts (runtime/rules.py)
         timeout, host, links = (check("timeout", timeout), check("host", host),
                                 check("links", links))
+        if row.processes and in_the_clear(host, tls):
+            warnings.warn(in_the_clear(host, tls), stacklevel=2)
         self.world_size, self.transport, self._row = world_size, transport, row
         self.timeout, self.host = timeout, host
         self.tls, self.links = tls, links

@@ -20,7 +20,7 @@ import time
 
 from .osfacts import new_group, signal_name, stop_group
 from .rendezvous import ENV, local_address, read_token
-from .rules import check
+from .rules import check, in_the_clear
 from .transports import TRANSPORTS
 from .worker import GRACE
 
@@ -71,6 +71,9 @@ def launch(argv: list[str], nproc: int, nnodes: int = 1, node_rank: int = 0,
     rendezvous_timeout = check("--rendezvous-timeout", rendezvous_timeout)
     port = int(port or 0) or _free_port(master)
     host = host or (master if node_rank == 0 else local_address(master))
+    for where in dict.fromkeys((master, host)):
+        if in_the_clear(where, os.environ.get(ENV + "TLS_CERT")):
+            print(f"allreduce-edu launch: {in_the_clear(where, None)}", file=sys.stderr)
     env = dict(os.environ, WORLD_SIZE=str(nnodes * nproc), LOCAL_WORLD_SIZE=str(nproc),
                NODE_RANK=str(node_rank), MASTER_ADDR=master, MASTER_PORT=str(port),
                PYTHONUNBUFFERED="1", **{ENV + "TOKEN": token or secrets.token_hex(16),

@@ -62,6 +62,21 @@ def host(name: str, value) -> str:
     return value.strip()
 
 
+def in_the_clear(host: str, tls) -> str:
+    """Why listening on `host` without TLS exposes the cluster ("" on loopback, or with TLS): its
+    token and every message would cross the network unencrypted."""
+    bare = str(host).strip().strip("[]")
+    try:
+        inside = bare == "localhost" or ipaddress.ip_address(bare).is_loopback
+    except ValueError:
+        inside = False
+    if inside or tls:
+        return ""
+    return (f"ranks listen on {host} without TLS: the cluster's token and every message cross "
+            f"the network unencrypted; beyond a network you trust, give them TLS (Cluster(tls=) "
+            f"or allreduce-edu launch --tls-cert/--tls-key)")
+
+
 def address(name: str, value) -> tuple[str, int]:
     """HOST:PORT, as a rendezvous is given (":PORT": the host is left to the caller, "")."""
     text = str(value)

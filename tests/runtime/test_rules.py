@@ -11,7 +11,7 @@ import pytest
 import allreduce_edu as ae
 from allreduce_edu import cli
 from allreduce_edu.runtime import launch
-from allreduce_edu.runtime.rules import RULES, check
+from allreduce_edu.runtime.rules import RULES, check, in_the_clear
 
 COMMAND_LINE = [  # (arguments, words the one line says)
     (["bench", "--links", "10ms"], "--links must be ALPHA,BANDWIDTH"),
@@ -77,3 +77,20 @@ def test_good_values_pass_converted():
     assert check("host", "node-1.example") == "node-1.example"
     assert str(check("links", "1ms,100MB/s")).startswith("every link 1000 us")
     assert set(RULES) >= {"timeout", "host", "links", "--links", "--json", "--rendezvous"}
+
+
+@pytest.mark.parametrize("host, tls, exposed", [("127.0.0.1", None, False), ("localhost", None, False),
+                                                ("[::1]", None, False), ("::1", None, False),
+                                                ("0.0.0.0", None, True), ("10.1.2.3", None, True),
+                                                ("node7.cluster", None, True), ("10.1.2.3", "a TLS", False)])
+def test_listening_beyond_loopback_without_tls_is_named(host, tls, exposed):
+    assert bool(in_the_clear(host, tls)) == exposed
+    if exposed:
+        assert "without TLS" in in_the_clear(host, tls) and host in in_the_clear(host, tls)
+
+
+@pytest.mark.processes
+def test_a_cluster_beyond_loopback_without_tls_warns():
+    with pytest.warns(UserWarning, match="0.0.0.0 without TLS"):
+        cluster = ae.Cluster(1, host="0.0.0.0")
+    cluster.close()

@@ -100,6 +100,7 @@ def test_launch_across_two_hosts_runs_ring_and_tree(two_hosts, tmp_path, transpo
                 os.killpg(node.pid, signal.SIGKILL)
                 node.wait()
     assert [node.returncode for node in nodes] == [0, 0], outputs
+    assert all("without TLS" in err for _, err in outputs)  # each launcher says the network sees it
     text = "".join(out for out, _ in outputs)
     for rank, host in ((0, HOSTS[0]), (1, HOSTS[0]), (2, HOSTS[1]), (3, HOSTS[1])):
         assert f"rank {rank} of 4 at {host}:" in text and "ring, tree, hierarchical correct" in text, text
