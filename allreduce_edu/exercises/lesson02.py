@@ -111,21 +111,30 @@ def _naive_problem(reports, trace, n: int, shape) -> str | None:
 
 
 number("02.2", module=__name__,
-       blanks=(Blank("my_root_sent", key="(12 - 1) * (2 << 20)"),
+       blanks=(Blank("my_root_sent", key="(12 - 1) * 12 * (2 << 20)"),
                Blank("my_root_received", key="(12 - 1) * (2 << 20)")),
        inputs={"world_size": 12, "nbytes": 2 << 20}, unit="bytes", exact=True,
-       answer=lambda d: {"root_sent": (d.world_size - 1) * d.nbytes,
-                      "root_received": (d.world_size - 1) * d.nbytes},
+       # a naive all-gather: every rank's S to the root, all N·S back to each of the others
+       answer=lambda d: {"root_sent": (d.world_size - 1) * d.world_size * d.nbytes,
+                         "root_received": (d.world_size - 1) * d.nbytes},
        slips=lambda d: [
+        Slip((d.world_size - 1) * d.nbytes, "sent-one-buffer", blank="root_sent"),
+        Slip(d.world_size * d.world_size * d.nbytes, "counted-itself", blank="root_sent"),
+        Slip((d.world_size - 1) * d.world_size * d.nbytes, "received-everything",
+             blank="root_received"),
+        Slip(d.world_size * d.nbytes, "counted-itself", blank="root_received"),
         Slip((d.world_size - 1) * d.nbytes / MIB, "looks-like-mib"),
+        Slip((d.world_size - 1) * d.world_size * d.nbytes / MIB, "looks-like-mib"),
         Slip(d.world_size - 1, "number-messages-each"),
-        Slip(d.world_size * d.nbytes, "n-times-s"),
         Slip(d.nbytes, "each-other-ranks"),
-        Slip(2 * (d.world_size - 1) * d.nbytes, "both-directions"),
         Slip((d.world_size - 1) * MIB, "table-s", values={"mib": d.nbytes / MIB}),
     ],
-       values=lambda d: {"others": d.world_size - 1, "root_bytes": (d.world_size - 1) * d.nbytes,
-                         "root_mib": (d.world_size - 1) * d.nbytes / MIB, "mib": d.nbytes / MIB})
+       values=lambda d: {"others": d.world_size - 1,
+                         "received": (d.world_size - 1) * d.nbytes,
+                         "sent": (d.world_size - 1) * d.world_size * d.nbytes,
+                         "received_mib": (d.world_size - 1) * d.nbytes / MIB,
+                         "sent_mib": (d.world_size - 1) * d.world_size * d.nbytes / MIB,
+                         "mib": d.nbytes / MIB})
 
 
 choice("02.3", module=__name__)

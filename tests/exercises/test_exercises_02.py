@@ -136,18 +136,26 @@ def test_decode_names_ranks_and_positions():
 MIB = 1 << 20
 
 
-@pytest.mark.parametrize("sent, received, hint", [(22, 22, "MiB"), (11, 11, "number of messages"),
-                                                  (24 * MIB, 24 * MIB, "itself"),
-                                                  (2 * MIB, 2 * MIB, "other ranks"),
-                                                  (44 * MIB, 44 * MIB, "both directions"),
-                                                  (11 * MIB, 11 * MIB, "S of the table above"),
-                                                  (22 * MIB, 5, "not it"),
+@pytest.mark.parametrize("sent, received, hint", [(264, 22, "MiB"), (11, 11, "number of messages"),
+                                                  (288 * MIB, 22 * MIB, "counts the root itself"),
+                                                  (264 * MIB, 24 * MIB, "counts the root itself"),
+                                                  (264 * MIB, 2 * MIB, "one rank's buffer"),
+                                                  (22 * MIB, 22 * MIB, "one buffer per answer"),
+                                                  (264 * MIB, 264 * MIB, "what the root sends"),
+                                                  (264 * MIB, 11 * MIB, "S of the lesson's table"),
+                                                  (264 * MIB, 5, "not it"),
                                                   ("many", 22 * MIB, "number of bytes")])
-def test_root_bytes(sent, received, hint):
-    assert check_root_bytes(22 * MIB, 22 * MIB)
-    assert check_root_bytes(11 * 2097152, (12 - 1) * (2 << 20))
+def test_root_bytes_of_a_naive_all_gather(sent, received, hint):
+    assert check_root_bytes(264 * MIB, 22 * MIB)
+    assert check_root_bytes(11 * 12 * 2097152, (12 - 1) * (2 << 20))
     feedback = check_root_bytes(sent, received)
     assert not feedback and hint in feedback.message, feedback
+
+
+def test_the_root_bytes_question_is_no_look_up_in_the_lessons_table():
+    """The table counts an all-reduce's root, (N − 1)·S each way; 02.2 asks about an all-gather,
+    where that is right one way only."""
+    assert not check_root_bytes(22 * MIB, 22 * MIB)
 
 
 def test_bottleneck_answer():
@@ -173,7 +181,7 @@ def test_solutions_registered():
         ex = registry.get(exercise)
         assert ex.kind == kind and ex.solution and len(ex.hints) >= (2 if kind == "code" else 1)
     assert registry.get("02.3").solution.startswith("c")
-    assert "23068672" in registry.get("02.2").solution
+    assert "23068672" in registry.get("02.2").solution and "276824064" in registry.get("02.2").solution
     fn = reference("02.1")
     assert fn.__name__ == "my_naive_allreduce"
     assert check_naive_allreduce(fn, **{**QUICK, "world_sizes": (3, 4)})
