@@ -34,17 +34,20 @@ def recorded(key: str):
     return predictions().get(str(key), {}).get("value")
 
 
-def compare_prediction(key: str, measured, model=None, unit: str = "") -> str:
+def compare_prediction(key: str, measured, model=None, unit: str = "",
+                       said: str = "measured") -> str:
     """Print (and return) "you predicted X, measured Y, the model says Z" for prediction `key`;
-    the measurement is stored beside your guess."""
-    fields = {"measured": measured} | ({} if model is None else {"model": model})
+    the measurement is stored beside your guess. `said` names where Y comes from when no run
+    here measured it ("NCCL reports")."""
+    fields = ({"measured": measured} | ({} if model is None else {"model": model})
+              | ({} if said == "measured" else {"said": said}))
     guess = recorded(key)
     if guess is None:
         head = f"{key}: no prediction recorded (predict(\"{key}\", ...) stores one)"
     else:
         _store(str(key), unit=unit, **fields)
         head = f"{key}: you predicted {show(guess, unit)}"
-    text = f"{head}, measured {show(measured, unit)}" + (
+    text = f"{head}, {said} {show(measured, unit)}" + (
         "" if model is None else f", the model says {show(model, unit)}") + "."
     print(wrap(text))
     return text
@@ -65,6 +68,6 @@ def predict(key: str, value) -> None:
     record_prediction(key, value)
 
 
-def compare(key: str, measured, model=None, unit: str = "") -> None:
+def compare(key: str, measured, model=None, unit: str = "", said: str = "measured") -> None:
     """compare_prediction, printed only (a lesson's measuring cell shows the line once)."""
-    compare_prediction(key, measured, model, unit)
+    compare_prediction(key, measured, model, unit, said)

@@ -277,8 +277,9 @@ class Progress:
                           + (f" ({tries} tr{'y' if tries == 1 else 'ies'})" if tries else "")))
         for key, p in self.predictions.items():
             unit = p.get("unit", "")
-            seen = "".join(f", {what} {show(p[what], unit)}" for what in ("measured", "model")
-                           if what in p).replace("model", "the model said", 1)
+            said = {"measured": p.get("said", "measured"), "model": "the model said"}
+            seen = "".join(f", {said[what]} {show(p[what], unit)}" for what in ("measured", "model")
+                           if what in p)
             lines.append((key, f"{key:<9} {'your prediction':<{width}}  "
                                f"{show(p.get('value'), unit)}{seen}"))
         c = self.counts()

@@ -73,3 +73,12 @@ def test_whole_numbers_print_exactly_and_fractions_in_three_digits():
     from allreduce_edu.exercises.predictions import show
     assert show(1512000, " B") == "1512000 B" and show(np.int64(7)) == "7"
     assert show(1512000.0, " B") == "1.51e+06 B" and show(3.14159) == "3.14" and show(True) == "True"
+
+
+def test_a_number_no_run_here_measured_says_where_it_comes_from(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ALLREDUCE_EDU_DATA_DIR", str(tmp_path))
+    progress(reset=True)
+    record_prediction("18.a", 64e3)
+    text = compare_prediction("18.a", 256e3, model=267e3, unit=" B", said="NCCL reports")
+    assert text == "18.a: you predicted 6.4e+04 B, NCCL reports 2.56e+05 B, the model says 2.67e+05 B."
+    assert "NCCL reports 2.56e+05 B, the model said 2.67e+05 B" in repr(progress())
