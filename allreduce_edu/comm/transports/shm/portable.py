@@ -76,6 +76,20 @@ def _unlink(path: str) -> None:
         pass
 
 
+def _map_windows(tag: str, size: int, owner: bool) -> mmap.mmap:  # pragma: no cover - Windows
+    """A named mapping: made by its owner; opened by the peer only if it still exists (mmap alone
+    would make a fresh one of zeros, and the message would arrive as zeros, silently). The peer
+    holds a handle while it maps, so the mapping cannot go in between."""
+    if owner:
+        return mmap.mmap(-1, size, tagname=tag)
+    import _winapi
+    handle = _winapi.OpenFileMapping(_winapi.FILE_MAP_READ, False, tag)  # OSError if gone
+    try:
+        return mmap.mmap(-1, size, tagname=tag)
+    finally:
+        _winapi.CloseHandle(handle)
+
+
 class NamedSegment:
     """Named shared memory mapped into this process; `handle` is its name until the peer has it."""
 
@@ -86,7 +100,7 @@ class NamedSegment:
         self.name = name or prefix + secrets.token_hex(12)
         self.path = None if WINDOWS else os.path.join(scratch_base(), self.name)
         if WINDOWS:
-            self.map = mmap.mmap(-1, size, tagname="Local\\" + self.name)
+            self.map = _map_windows("Local\\" + self.name, size, owner)
         else:
             self.map = self._map_file(owner)
         self.handle = self.name if owner else None
