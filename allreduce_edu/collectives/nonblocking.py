@@ -22,6 +22,7 @@ import numpy as np
 
 from ..comm.errors import CollectiveTimeout
 from ..comm.progress import Progress
+from ..comm.request import check_timeout
 from .blocking import all_gather, allreduce, reduce_scatter
 
 
@@ -51,6 +52,8 @@ class CollectiveRequest:
 
         Without `timeout` it waits while the collective makes progress, which every message's
         deadline bounds; with one, CollectiveTimeout after that many seconds."""
+        if timeout is not None:
+            check_timeout(self.comm.rank, timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._done.wait(0.1):
             if not self._progress.thread.is_alive():

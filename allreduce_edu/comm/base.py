@@ -170,6 +170,8 @@ class Communicator(Comm):
     def sendrecv(self, dst: int, array, src: int, tag: str, *, step: int = -1, chunk=None,
                  timeout: float | None = None) -> np.ndarray:
         """Send to `dst` while receiving from `src` (a ring step): full duplex, never deadlocks."""
+        if timeout is not None:  # before the send: a refused recv must not leave it behind
+            check_timeout(self.rank, timeout)
         request = self.isend(dst, array, tag, step=step, chunk=chunk)
         received = self.recv(src, tag, timeout)
         request.wait(timeout)

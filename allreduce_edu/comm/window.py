@@ -42,6 +42,7 @@ import numpy as np
 
 from .dtypes import as_shape
 from .errors import CollectiveError, CollectiveMismatch, CollectiveTimeout
+from .request import check_timeout
 
 TRANSPORTS = frozenset({"local", "shm"})  # the transports whose ranks can map each other's memory
 CHANNELS = 4  # signal channels per window (torch: as many as its pad holds)
@@ -157,6 +158,8 @@ class SymmetricMemory:
         this rank last waited for it; spin, then nap (module docstring)."""
         self.comm.check_peer(src, "src")
         self.check_channel(channel)
+        if timeout is not None:
+            check_timeout(self.rank, timeout)
         wanted = self.seen[src][channel] + 1
         if self.load(self.pads[self.rank], channel, src) < wanted:
             self._wait(src, channel, wanted, timeout)

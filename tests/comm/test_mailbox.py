@@ -84,3 +84,22 @@ def test_a_sleeper_with_nothing_coming_times_out_at_its_deadline():
     with pytest.raises(CollectiveTimeout, match="from rank 0"):
         mailbox.take(0, "x", 0, 0, None, time.monotonic() + 0.05)
     assert mailbox._sleeping == 0
+
+
+def test_a_sendrecv_with_a_timeout_that_is_no_number_of_seconds_sends_nothing():
+    from allreduce_edu.comm.transports.local import LocalWorld
+    sender, receiver = LocalWorld(2).comms
+    with pytest.raises(ValueError, match="rank 0: timeout=inf is not a number of seconds"):
+        sender.sendrecv(1, np.ones(2), 1, "step", timeout=float("inf"))
+    assert receiver.pending() == 0  # refused before the send: nothing for a later recv to take
+
+
+def test_a_nonblocking_wait_refuses_a_timeout_that_is_no_number_of_seconds():
+    from allreduce_edu.collectives.nonblocking import iallreduce
+    from allreduce_edu.comm.transports.local import LocalWorld
+    (comm,) = LocalWorld(1).comms
+    request = iallreduce(comm, np.ones(3))
+    with pytest.raises(ValueError, match="rank 0: timeout=-1"):
+        request.wait(timeout=-1)
+    assert request.wait().tolist() == [1.0, 1.0, 1.0]
+    comm.close()
