@@ -123,10 +123,11 @@ class Cluster:
         self._run_id += 1
         reports: dict[int, Report] = {}
         self._returned_first: list[int] = []  # ranks that returned before the first failure
-        interrupted = None
+        interrupted, handed = None, False
         try:
             try:  # interrupted half-way, some ranks run it: they are stopped as in any run
                 self._world.submit(self._run_id, fn, args, kwargs)
+                handed = True
             except RankFailure as e:
                 self._dead.update(e.ranks)
                 raise
@@ -136,11 +137,13 @@ class Cluster:
                 raise
             running = [r for r in range(self.world_size) if r not in reports]
             replaced = self._stop(reports, CollectiveAborted("the caller interrupted cluster.run"))
-            interrupted = _interrupted(fn, running, replaced, self.world_size, self.transport)
+            interrupted = _interrupted(fn, running, replaced, self.world_size, self.transport,
+                                       handed)
         finally:
             self._world.finish()
-            self.trace = Trace.merge([Trace(r.events, r.receives, r.dropped)
-                                      for r in reports.values()])
+            if handed:  # a call no rank ran leaves the last run's trace
+                self.trace = Trace.merge([Trace(r.events, r.receives, r.dropped)
+                                          for r in reports.values()])
             print_outputs(reports)
         if interrupted:
             # the multiprocessing frames say nothing useful
@@ -210,10 +213,14 @@ def _waited_for(reports: dict[int, Report]) -> dict[int, set[int]]:
 
 
 def _interrupted(fn, running: list[int], replaced: list[int], world_size: int,
-                 transport: str) -> str:
+                 transport: str, handed: bool = True) -> str:
     """The one paragraph a learner reads after interrupting cluster.run:
     what stopped, what was replaced."""
     name = getattr(fn, "__name__", "fn")
+    if not handed and replaced:  # the ranks without the call never report: replaced, not stuck
+        return (f"cluster.run({name}) was interrupted while the call was handed to the ranks: "
+                f"those that had it stopped, and all {world_size} ranks were replaced by fresh "
+                f"processes (new PIDs and ports); the cluster is ready for the next run.")
     if not running:
         return (f"cluster.run({name}) was interrupted after every rank had finished; "
                 f"the cluster is ready.")

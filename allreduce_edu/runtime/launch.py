@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 
+from ..comm.transports.grpc.communicator import target
 from .osfacts import new_group, signal_name, stop_group
 from .rendezvous import ENV, local_address, read_token
 from .rules import check, in_the_clear
@@ -47,7 +48,7 @@ def _checked(nproc: int, nnodes: int, node_rank: int, rendezvous: str | None, ho
         master, port = host or "127.0.0.1", ""
     if nnodes > 1 and not port:
         raise ValueError(f"--rendezvous {rendezvous!r} needs a port, the same on every node, "
-                         f"e.g. {master}:29500")
+                         f"e.g. {target(master, 29500)}")
     return token, master, port
 
 
@@ -71,9 +72,8 @@ def launch(argv: list[str], nproc: int, nnodes: int = 1, node_rank: int = 0,
     rendezvous_timeout = check("--rendezvous-timeout", rendezvous_timeout)
     port = int(port or 0) or _free_port(master)
     host = host or (master if node_rank == 0 else local_address(master))
-    for where in dict.fromkeys((master, host)):
-        if in_the_clear(where, os.environ.get(ENV + "TLS_CERT")):
-            print(f"allreduce-edu launch: {in_the_clear(where, None)}", file=sys.stderr)
+    if in_the_clear(host, os.environ.get(ENV + "TLS_CERT")):  # where this node's ranks listen
+        print(f"allreduce-edu launch: {in_the_clear(host, None)}", file=sys.stderr)
     env = dict(os.environ, WORLD_SIZE=str(nnodes * nproc), LOCAL_WORLD_SIZE=str(nproc),
                NODE_RANK=str(node_rank), MASTER_ADDR=master, MASTER_PORT=str(port),
                PYTHONUNBUFFERED="1", **{ENV + "TOKEN": token or secrets.token_hex(16),

@@ -14,7 +14,7 @@ import cloudpickle
 from ..comm.errors import CollectiveError, RankFailure
 from .osfacts import signal_name
 from .shipping import ship
-from .worker import ClusterStart, Report, main
+from .worker import ClusterStart, Report, main, start_wait
 
 GUARD_HINT = ("Rank processes are started with 'spawn', which re-imports your script in every "
               "rank. Put the code that creates the Cluster under\n\n"
@@ -81,10 +81,10 @@ class ProcessRanks:
                 finally:
                     child_end.close()
                 self.procs.append(proc)
-            self.addresses = self._gather("ready", max(60.0, timeout))
+            self.addresses = self._gather("ready", start_wait(timeout))
             for conn in self.conns:
                 conn.send(("peers", self.addresses))
-            self._gather("connected", max(60.0, timeout))
+            self._gather("connected", start_wait(timeout))
         except KeyboardInterrupt:
             self.close()
             raise KeyboardInterrupt(f"interrupted while starting {world_size} rank processes: "

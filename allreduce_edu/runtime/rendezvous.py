@@ -225,7 +225,10 @@ def _scratch_from_env(env) -> Scratch | None:
     """The launcher's names for this node's shared memory (it sweeps them when the ranks end);
     None: the rank makes its own (run alone, or by another launcher)."""
     prefix = env.get(ENV + "SHM_PREFIX")
-    return Scratch(prefix) if prefix else None
+    try:
+        return Scratch(prefix) if prefix else None
+    except ValueError as e:
+        raise ValueError(f"{ENV}SHM_PREFIX: {e}") from None
 
 
 def local_address(towards: str) -> str:

@@ -83,6 +83,9 @@ def address(name: str, value) -> tuple[str, int]:
     where, colon, number = text.rpartition(":")
     if not colon:
         raise ValueError(f"{name} must be HOST:PORT, e.g. 127.0.0.1:29500, got {value!r}")
+    if ":" in where and not (where.startswith("[") and where.endswith("]")):  # fe80::1:2?
+        raise ValueError(f"{name}: write an IPv6 address in brackets, [ADDRESS]:PORT, e.g. "
+                         f"[::1]:29500, got {value!r}")
     return (host(name, where).strip("[]") if where else ""), port(name, number)
 
 

@@ -193,6 +193,20 @@ def _run(comm, run_id: int, payload: bytes, reply) -> None:
     reply(report, blob)
 
 
+def start_wait(timeout: float) -> float:
+    """How long a Cluster waits for every rank to start (and to connect), and a rank for its
+    peers' addresses: the communicator's timeout, and never under a minute."""
+    return max(60.0, timeout)
+
+
+def _why(error: Exception) -> str:
+    """A start-up failure as the caller's RankFailure tells it: the error, and for one the
+    package does not expect (not the OS's, gRPC's or a refused value), its traceback too."""
+    if isinstance(error, (OSError, RuntimeError, ValueError)):
+        return f"{type(error).__name__}: {error}"
+    return "".join(traceback.format_exception(error)).rstrip()
+
+
 class ClusterStart:
     """How a Cluster's rank starts: serve gRPC, tell the parent its address,
     connect to the peers it hands out."""
@@ -218,12 +232,12 @@ class ClusterStart:
                                                host=self.host, timeout=self.timeout,
                                                tls=self.tls, scratch=self.scratch)
         except Exception as e:  # noqa: BLE001 - the caller's cell shows it, not this stderr
-            self.send(("failed", f"{type(e).__name__}: {e}"))
+            self.send(("failed", _why(e)))
             return None
         comm.use_links(self.links)
         self.send(("ready", comm.address))
         try:  # the Cluster waits as long for every rank's "ready", then gives up
-            kind, addresses = (self.conn.recv() if self.conn.poll(max(60.0, self.timeout) + 10)
+            kind, addresses = (self.conn.recv() if self.conn.poll(start_wait(self.timeout) + 10)
                                else ("close", None))
         except (EOFError, OSError):  # the Cluster is gone
             kind = "close"
@@ -233,8 +247,7 @@ class ClusterStart:
         try:
             comm.connect(addresses)
         except Exception as e:  # noqa: BLE001 - a CollectiveError, or what else stopped it
-            self.send(("failed", str(e) if isinstance(e, CollectiveError)
-                       else f"{type(e).__name__}: {e}"))
+            self.send(("failed", str(e) if isinstance(e, CollectiveError) else _why(e)))
             comm.close(drain=0.0)
             return None
         self.send(("connected", None))

@@ -94,3 +94,9 @@ def test_a_cluster_beyond_loopback_without_tls_warns():
     with pytest.warns(UserWarning, match="0.0.0.0 without TLS"):
         cluster = ae.Cluster(1, host="0.0.0.0")
     cluster.close()
+
+
+@pytest.mark.parametrize("value", ["fe80::1:2", "::1:29500", "::1"])
+def test_an_ipv6_rendezvous_without_brackets_is_refused_not_misread(value):
+    with pytest.raises(ValueError, match=r"in brackets, \[ADDRESS\]:PORT"):
+        check("--rendezvous", value)  # "fe80::1:2" would have been host fe80::1, port 2

@@ -22,7 +22,7 @@ import grpc
 
 from ...comm.auth import TOKEN_KEY, TokenInterceptor, channel
 from ...comm.errors import CollectiveTimeout, RankFailure
-from ...comm.transports.grpc.communicator import SERVER_OPTIONS
+from ...comm.transports.grpc.communicator import SERVER_OPTIONS, target
 from .quorum import Quorum, alive, quorum
 
 SERVICE = "allreduce_edu.Lighthouse"
@@ -113,10 +113,10 @@ class Lighthouse:
             self._checked(name, serves[name]), decode, encode) for name in METHODS}
         self._server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(SERVICE,
                                                                                     handlers)])
-        port = self._server.add_insecure_port(f"{host}:0")
+        port = self._server.add_insecure_port(target(host, 0))
         if not port:
             raise OSError(f"the Lighthouse could not bind {host}")
-        self.address = f"{host}:{port}"
+        self.address = target(host, port)
         self._closed = threading.Event()
         self._server.start()
         # forms quorums as time passes, too
