@@ -39,8 +39,7 @@ def compare_prediction(key: str, measured, model=None, unit: str = "",
     """Print (and return) "you predicted X, measured Y, the model says Z" for prediction `key`;
     the measurement is stored beside your guess. `said` names where Y comes from when no run
     here measured it ("NCCL reports")."""
-    fields = ({"measured": measured} | ({} if model is None else {"model": model})
-              | ({} if said == "measured" else {"said": said}))
+    fields = {"measured": measured, "said": said} | ({} if model is None else {"model": model})
     guess = recorded(key)
     if guess is None:
         head = f"{key}: no prediction recorded (predict(\"{key}\", ...) stores one)"

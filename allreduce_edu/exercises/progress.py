@@ -59,7 +59,8 @@ PREDICTIONS = "predictions"  # the file's entry for your guesses: {key: {"value"
 
 
 def record_prediction(key: str, **fields) -> None:
-    """Store fields (value, measured, model) of prediction `key`, keeping the others it has."""
+    """Store fields (value, measured, said, model) of prediction `key`, keeping the others it
+    has."""
     def store(data: dict) -> None:
         guesses = data.get(PREDICTIONS) if isinstance(data.get(PREDICTIONS), dict) else {}
         guesses[key] = {**guesses.get(key, {}), **fields, "when": round(time.time())}
@@ -68,7 +69,8 @@ def record_prediction(key: str, **fields) -> None:
 
 
 def predictions() -> dict[str, dict]:
-    """{key: {"value": your guess, "measured": ..., "model": ...}}, as recorded."""
+    """{key: {"value": your guess, "measured": ..., "said": where that came from, "model": ...}},
+    as recorded."""
     found = load().get(PREDICTIONS)
     return found if isinstance(found, dict) else {}
 

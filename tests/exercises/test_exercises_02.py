@@ -142,7 +142,9 @@ MIB = 1 << 20
                                                   (264 * MIB, 2 * MIB, "one rank's buffer"),
                                                   (22 * MIB, 22 * MIB, "one buffer per answer"),
                                                   (264 * MIB, 264 * MIB, "what the root sends"),
-                                                  (264 * MIB, 11 * MIB, "S of the lesson's table"),
+                                                  (264 * MIB, 11 * MIB, "the lesson's table"),
+                                                  (132 * MIB, 22 * MIB, "the lesson's table"),
+                                                  (11, 22 * MIB, "each carries everything it gathered"),
                                                   (264 * MIB, 5, "not it"),
                                                   ("many", 22 * MIB, "number of bytes")])
 def test_root_bytes_of_a_naive_all_gather(sent, received, hint):

@@ -82,3 +82,12 @@ def test_a_number_no_run_here_measured_says_where_it_comes_from(tmp_path, monkey
     text = compare_prediction("18.a", 256e3, model=267e3, unit=" B", said="NCCL reports")
     assert text == "18.a: you predicted 6.4e+04 B, NCCL reports 2.56e+05 B, the model says 2.67e+05 B."
     assert "NCCL reports 2.56e+05 B, the model said 2.67e+05 B" in repr(progress())
+
+
+def test_a_later_measurement_is_called_measured_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("ALLREDUCE_EDU_DATA_DIR", str(tmp_path))
+    progress(reset=True)
+    record_prediction("18.a", 64e3)
+    compare_prediction("18.a", 256e3, unit=" B", said="NCCL reports")
+    compare_prediction("18.a", 300e3, unit=" B")
+    assert "measured 3e+05 B" in repr(progress()) and "NCCL reports" not in repr(progress())
