@@ -1,6 +1,7 @@
 """What Linux, macOS and Windows do differently for the processes the package starts, said once:
 the CPUs a process may use and their load, the memory still free, how a process group stops,
-how a process dies at once, what an exit code means, whether a parent still runs.
+how a process dies at once, what an exit code means, whether a parent still runs (and how a
+rank goes with it).
 
 Each answer checks for the feature (`hasattr(os, "killpg")`), not for the system's name, so the
 Linux-only names cut away in tests/cuts/ take the same path as macOS and Windows.
@@ -14,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 
 #: the signal that ends a process at once; Windows has no SIGKILL, and os.kill with SIGTERM there
@@ -120,3 +122,33 @@ def parent_watch(parent: int) -> Callable[[], bool]:
     if not handle:  # already gone
         return lambda: False
     return lambda: kernel32.WaitForSingleObject(handle, 0) == 0x102  # WAIT_TIMEOUT: still runs
+
+
+def exit_when_gone(parent: int) -> None:
+    """Exit as soon as the process that started this rank is gone: no rank outlives its caller
+    (the portable watch; on Linux the kernel's below needs no thread at all)."""
+    alive = parent_watch(parent)
+    while alive():
+        time.sleep(0.5)
+    os._exit(1)
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent thread exits
+
+
+def die_with(parent: int) -> None:
+    """Ask the kernel to SIGKILL this rank when `parent` goes: it works even while a stuck
+    interpreter holds the GIL (seen once: torch's gloo group joining its threads in a destructor),
+    with no helper process and nothing polling. The kernel watches the thread that started the
+    rank, so every starter spawns from a thread that lives as long as its process (the main
+    thread, or runtime/processes.py's spawner). Linux only; elsewhere exit_when_gone remains."""
+    if not sys.platform.startswith("linux") or os.getppid() != parent:
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            return
+    except (OSError, AttributeError):  # no prctl: the Python watch remains
+        return
+    if os.getppid() != parent:  # it died before the kernel was asked to watch
+        os._exit(1)

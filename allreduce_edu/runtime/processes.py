@@ -29,7 +29,7 @@ _SPAWNER_LOCK = threading.Lock()
 
 def started(proc) -> None:
     """Start `proc` from a thread that lives as long as this process: the kernel kills a rank when
-    the thread that started it ends (worker._die_with), so never from a thread that may end first
+    the thread that started it ends (osfacts.die_with), so never from a thread that may end first
     (a notebook's worker thread, a test's pool). A daemon thread is never joined, not even at
     exit, where the Cluster's finaliser still closes its ranks gently."""
     if threading.current_thread() is threading.main_thread():

@@ -3,7 +3,6 @@ set up, connect, run what arrives, report back."""
 
 from __future__ import annotations
 
-import ctypes
 import io
 import json
 import logging
@@ -11,7 +10,6 @@ import os
 import signal
 import sys
 import threading
-import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +18,7 @@ import cloudpickle
 import setproctitle
 
 from ..comm.errors import CollectiveError
-from .osfacts import parent_watch, usable_cpus
+from .osfacts import die_with, exit_when_gone, usable_cpus
 
 # seconds a process gets to stop when asked (an aborted rank, a SIGTERMed one) before it is killed
 GRACE = 3.0
@@ -112,39 +110,9 @@ def become_rank(rank: int, world_size: int, parent: int | None, role: str, *,
     os.environ.setdefault("NUMBA_NUM_THREADS", str(share))
     sys.setswitchinterval(2e-4)  # hand the GIL over often: gRPC threads and the algorithm share it
     if parent:
-        _die_with(parent)
-        threading.Thread(target=_watch_parent, args=(parent,), name="parent-watch",
+        die_with(parent)
+        threading.Thread(target=exit_when_gone, args=(parent,), name="parent-watch",
                          daemon=True).start()
-
-
-def _watch_parent(parent: int) -> None:
-    """Exit as soon as the process that started this rank is gone: no rank outlives its caller
-    (the portable watch; on Linux the kernel's below needs no thread at all)."""
-    alive = parent_watch(parent)
-    while alive():
-        time.sleep(0.5)
-    os._exit(1)
-
-
-PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent thread exits
-
-
-def _die_with(parent: int) -> None:
-    """Ask the kernel to SIGKILL this rank when `parent` goes: it works even while a stuck
-    interpreter holds the GIL (seen once: torch's gloo group joining its threads in a destructor),
-    with no helper process and nothing polling. The kernel watches the thread that started the
-    rank, so every starter spawns from a thread that lives as long as its process (the main
-    thread, or runtime/processes.py's spawner). Linux only; elsewhere _watch_parent remains."""
-    if not sys.platform.startswith("linux") or os.getppid() != parent:
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-            return
-    except (OSError, AttributeError):  # no prctl: the Python watch remains
-        return
-    if os.getppid() != parent:  # it died before the kernel was asked to watch
-        os._exit(1)
 
 
 def main(start) -> None:
