@@ -46,8 +46,9 @@ class Cluster:
         # every value checked before a rank starts (runtime/rules.py)
         timeout, host, links = (check("timeout", timeout), check("host", host),
                                 check("links", links))
-        if row.processes and in_the_clear(host, tls):
-            warnings.warn(in_the_clear(host, tls), stacklevel=2)
+        exposed = in_the_clear(host, tls) if row.processes else ""
+        if exposed:
+            warnings.warn(exposed, stacklevel=2)
         self.world_size, self.transport, self._row = world_size, transport, row
         self.timeout, self.host = timeout, host
         self.tls, self.links = tls, links

@@ -72,8 +72,9 @@ def launch(argv: list[str], nproc: int, nnodes: int = 1, node_rank: int = 0,
     rendezvous_timeout = check("--rendezvous-timeout", rendezvous_timeout)
     port = int(port or 0) or _free_port(master)
     host = host or (master if node_rank == 0 else local_address(master))
-    if in_the_clear(host, os.environ.get(ENV + "TLS_CERT")):  # where this node's ranks listen
-        print(f"allreduce-edu launch: {in_the_clear(host, None)}", file=sys.stderr)
+    exposed = in_the_clear(host, os.environ.get(ENV + "TLS_CERT"))  # where this node's ranks listen
+    if exposed:
+        print(f"allreduce-edu launch: {exposed}", file=sys.stderr)
     env = dict(os.environ, WORLD_SIZE=str(nnodes * nproc), LOCAL_WORLD_SIZE=str(nproc),
                NODE_RANK=str(node_rank), MASTER_ADDR=master, MASTER_PORT=str(port),
                PYTHONUNBUFFERED="1", **{ENV + "TOKEN": token or secrets.token_hex(16),
